@@ -1,0 +1,130 @@
+"""Runtime options and named architecture presets.
+
+Architecture lives in the diffusers config (``config.json``); this module only
+holds how we run it (`RuntimeOptions`) and a few named configs for building
+the real architecture offline with random weights (`PRESETS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import torch
+
+_DTYPE_ALIASES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "f32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+}
+
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_JAX_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def canonical_dtype(dtype: str | torch.dtype) -> str:
+    """Returns ``"float32"`` or ``"bfloat16"`` for any accepted spelling.
+
+    Raises:
+        ValueError: for any other dtype.
+    """
+    if isinstance(dtype, torch.dtype):
+        for name, td in _TORCH_DTYPES.items():
+            if td == dtype:
+                return name
+    elif isinstance(dtype, str) and dtype.lower() in _DTYPE_ALIASES:
+        return _DTYPE_ALIASES[dtype.lower()]
+    raise ValueError(f"dtype must be float32 or bfloat16 (fp32/bf16 accepted), got {dtype!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeOptions:
+    """How the upstream VAE is run; validated on construction.
+
+    Attributes:
+        dtype: compute and weight dtype, ``"float32"`` or ``"bfloat16"``.
+        group_norm: replace `nn.GroupNorm` with `kernels.group_norm` (fp32
+            statistics, no full-size fp32 copy). False keeps torchax's
+            lowering of the upstream op, for comparison.
+        chunk_free_conv: run `CogVideoXSafeConv3d` as one convolution instead
+            of upstream's memory-size chunking.
+        shard_activations: constrain activations to split width over ``tp``
+            and batch over ``dp``; a no-op on a one-device mesh.
+    """
+
+    dtype: str = "float32"
+    group_norm: bool = True
+    chunk_free_conv: bool = True
+    shard_activations: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+        for name in ("group_norm", "chunk_free_conv", "shard_activations"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return _TORCH_DTYPES[self.dtype]
+
+    @property
+    def jax_dtype(self) -> Any:
+        return _JAX_DTYPES[self.dtype]
+
+
+_FOUR_BLOCKS = {
+    "down_block_types": ["CogVideoXDownBlock3D"] * 4,
+    "up_block_types": ["CogVideoXUpBlock3D"] * 4,
+}
+
+# The VAE configs published with the CogVideoX checkpoints (vae/config.json);
+# the two differ only in the latent scaling factor.
+PRESETS: dict[str, dict[str, Any]] = {
+    "cogvideox-2b": {
+        **_FOUR_BLOCKS,
+        "block_out_channels": [128, 256, 256, 512],
+        "latent_channels": 16,
+        "layers_per_block": 3,
+        "norm_num_groups": 32,
+        "norm_eps": 1e-6,
+        "temporal_compression_ratio": 4,
+        "sample_height": 480,
+        "sample_width": 720,
+        "scaling_factor": 1.15258426,
+    },
+    "cogvideox-5b": {
+        **_FOUR_BLOCKS,
+        "block_out_channels": [128, 256, 256, 512],
+        "latent_channels": 16,
+        "layers_per_block": 3,
+        "norm_num_groups": 32,
+        "norm_eps": 1e-6,
+        "temporal_compression_ratio": 4,
+        "sample_height": 480,
+        "sample_width": 720,
+        "scaling_factor": 0.7,
+    },
+    # diffusers' own CogVideoX VAE test config: every code path, tiny widths.
+    "tiny": {
+        **_FOUR_BLOCKS,
+        "block_out_channels": [8, 8, 8, 8],
+        "latent_channels": 4,
+        "layers_per_block": 1,
+        "norm_num_groups": 2,
+        "temporal_compression_ratio": 4,
+    },
+}
+
+
+def preset_config(name: str) -> dict[str, Any]:
+    """Returns a copy of the named preset's diffusers config.
+
+    Raises:
+        ValueError: for an unknown name (the message lists the known ones).
+    """
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
+    return {k: list(v) if isinstance(v, list) else v for k, v in PRESETS[name].items()}

@@ -1,0 +1,126 @@
+"""Runtime patches of a built upstream `AutoencoderKLCogVideoX`.
+
+Nothing here edits diffusers' source or its classes. Each ``apply_*`` function
+changes one concern on one module instance, is idempotent, and leaves the
+parameters and state-dict keys as they were. Patched modules still run as
+upstream when called eagerly with ordinary torch tensors; the JAX paths only
+engage for torchax tensors, i.e. inside our jitted decode.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import (
+    CogVideoXCausalConv3d,
+    CogVideoXSafeConv3d,
+)
+from diffusers.models.upsampling import CogVideoXUpsample3D
+from jax.sharding import Mesh
+
+from cogvideox_torchax import sharding
+from cogvideox_torchax._torch_compat import import_torchax
+
+torchax = import_torchax()
+from torchax import interop  # noqa: E402  (torchax must come through the shim)
+
+import kernels  # noqa: E402
+
+
+def _is_torchax(x: Any) -> bool:
+    return isinstance(x, (torchax.tensor.Tensor, torchax.view.View))
+
+
+class ChunkFreeSafeConv3d(CogVideoXSafeConv3d):
+    """`CogVideoXSafeConv3d` as the single convolution it computes.
+
+    Upstream splits inputs over 2 GB (counted as if 2-byte elements) into time
+    chunks with overlapping halos, a cuDNN workaround. Under XLA that only
+    fragments one convolution into several and concatenates them; the result
+    is the same, so we run the plain `nn.Conv3d` forward.
+    """
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return torch.nn.Conv3d.forward(self, input)
+
+
+class JaxGroupNorm(torch.nn.GroupNorm):
+    """`nn.GroupNorm` computed by `kernels.group_norm` under torchax."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not _is_torchax(input):
+            return super().forward(input)
+        fn = functools.partial(kernels.group_norm, num_groups=self.num_groups, eps=self.eps)
+        return interop.torch_view(fn)(input, self.weight, self.bias)
+
+
+def _swap_class(vae: torch.nn.Module, base: type, patched: type) -> int:
+    count = 0
+    for module in vae.modules():
+        if type(module) is base:
+            module.__class__ = patched
+            count += 1
+    return count
+
+
+def apply_safe_conv(vae: torch.nn.Module) -> int:
+    """Makes every `CogVideoXSafeConv3d` in ``vae`` a `ChunkFreeSafeConv3d`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return _swap_class(vae, CogVideoXSafeConv3d, ChunkFreeSafeConv3d)
+
+
+def apply_group_norm(vae: torch.nn.Module) -> int:
+    """Makes every `nn.GroupNorm` in ``vae`` a `JaxGroupNorm`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return _swap_class(vae, torch.nn.GroupNorm, JaxGroupNorm)
+
+
+# Activations are constrained where they are produced: every causal conv (the
+# bulk of the compute), every norm, and every upsampler (where width doubles).
+_SHARDED_OUTPUTS = (CogVideoXCausalConv3d, torch.nn.GroupNorm, CogVideoXUpsample3D)
+_HOOK_ATTR = "_cogvideox_torchax_sharding_hook"
+
+
+def _sharding_hook(mesh: Mesh):
+    constrain = interop.torch_view(functools.partial(sharding.constrain_activation, mesh=mesh))
+
+    def hook(module, args, output):
+        # CogVideoXCausalConv3d returns (activation, conv_cache).
+        first = output[0] if isinstance(output, tuple) else output
+        if not _is_torchax(first):
+            return None
+        first = constrain(first)
+        return (first, *output[1:]) if isinstance(output, tuple) else first
+
+    return hook
+
+
+def apply_width_sharding(vae: torch.nn.Module, mesh: Mesh | None) -> int:
+    """Constrains activations to split width over ``tp`` and batch over ``dp``.
+
+    Re-applying replaces the previous mesh; ``None`` or a one-device mesh
+    removes the constraints.
+
+    Returns:
+        How many modules carry a constraint afterwards.
+    """
+    active = mesh is not None and mesh.size > 1
+    count = 0
+    for module in vae.modules():
+        if not isinstance(module, _SHARDED_OUTPUTS):
+            continue
+        old = module.__dict__.pop(_HOOK_ATTR, None)
+        if old is not None:
+            old.remove()
+        if active:
+            module.__dict__[_HOOK_ATTR] = module.register_forward_hook(_sharding_hook(mesh))
+            count += 1
+    return count

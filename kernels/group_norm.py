@@ -1,0 +1,99 @@
+"""GroupNorm with fp32 statistics and no full-size fp32 copy of the input.
+
+torch's GroupNorm on a bf16 activation computes in fp32; a naive JAX port does
+``x.astype(float32)`` first and keeps that full-size copy alive (seeds 000:
+the bf16 decode still ran out of memory because of exactly this). Here the
+fp32 conversion only ever feeds a reduction, which XLA fuses into the reduce,
+and the normalisation itself is one multiply-add in the input dtype with
+per-(sample, channel) coefficients computed in fp32.
+
+Statistics are two-pass (mean, then mean of squared deviations), not
+``E[x^2] - E[x]^2``: the one-pass form cancels catastrophically when an
+activation's mean is large against its spread, and both passes fuse anyway.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+
+def _check(x: jax.Array, weight: jax.Array | None, bias: jax.Array | None, num_groups: int) -> None:
+    if x.ndim < 2:
+        raise ValueError(f"group_norm needs (N, C, ...) input, got {x.shape=}")
+    channels = x.shape[1]
+    if num_groups <= 0 or channels % num_groups:
+        raise ValueError(f"channels must divide into groups: {x.shape=}, {num_groups=}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and p.shape != (channels,):
+            raise ValueError(f"{name} must have shape ({channels},): {p.shape=}, {x.shape=}")
+
+
+@functools.partial(jax.jit, static_argnames=("num_groups", "eps"))
+def group_norm(
+    x: jax.Array,  # (N, C, *spatial), any float dtype
+    weight: jax.Array | None,  # (C,) or None
+    bias: jax.Array | None,  # (C,) or None
+    *,
+    num_groups: int,
+    eps: float = 1e-5,
+) -> jax.Array:  # (N, C, *spatial), x.dtype
+    """Group normalisation matching `torch.nn.functional.group_norm`.
+
+    Args:
+        x: activation, channels second; 4-D (NCHW) and 5-D (NCTHW) are the
+            cases the VAE uses, any rank >= 2 works.
+        weight: per-channel scale, or None for 1.
+        bias: per-channel shift, or None for 0.
+        num_groups: number of channel groups; must divide ``C``.
+        eps: added to the variance.
+
+    Returns:
+        The normalised activation in ``x.dtype``.
+    """
+    _check(x, weight, bias, num_groups)
+    n, c = x.shape[:2]
+    spatial = x.shape[2:]
+    grouped = x.reshape(n, num_groups, c // num_groups, *spatial)
+    axes = tuple(range(2, grouped.ndim))
+    f32 = jnp.float32
+    # Both reductions read x in its own dtype and widen element by element
+    # inside the reduce; no fp32 array of x's size is ever stored.
+    mean = jnp.mean(grouped, axis=axes, dtype=f32, keepdims=True)
+    var = jnp.mean(jnp.square(grouped.astype(f32) - mean), axis=axes, keepdims=True)
+    inv_std = jax.lax.rsqrt(var + eps)  # (n, G, 1, ...)
+
+    # Fold mean, 1/std and the affine into y = x * scale + shift, per (n, c).
+    inv_std_c = jnp.repeat(inv_std.reshape(n, num_groups), c // num_groups, axis=1)  # (n, c)
+    mean_c = jnp.repeat(mean.reshape(n, num_groups), c // num_groups, axis=1)
+    w = jnp.ones((c,), f32) if weight is None else weight.astype(f32)
+    b = jnp.zeros((c,), f32) if bias is None else bias.astype(f32)
+    scale = inv_std_c * w  # (n, c)
+    shift = b - mean_c * scale
+    bcast = (n, c) + (1,) * len(spatial)
+    return x * scale.reshape(bcast).astype(x.dtype) + shift.reshape(bcast).astype(x.dtype)
+
+
+def group_norm_reference(
+    x: jax.Array,  # (N, C, *spatial)
+    weight: jax.Array | None,  # (C,) or None
+    bias: jax.Array | None,  # (C,) or None
+    *,
+    num_groups: int,
+    eps: float = 1e-5,
+) -> jax.Array:  # (N, C, *spatial), x.dtype
+    """The textbook formula, entirely in fp32, for checking `group_norm`."""
+    _check(x, weight, bias, num_groups)
+    n, c = x.shape[:2]
+    xf = x.astype(jnp.float32).reshape(n, num_groups, -1)
+    mean = xf.mean(axis=-1, keepdims=True)
+    var = ((xf - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = ((xf - mean) / jnp.sqrt(var + eps)).reshape(x.shape)
+    bcast = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * weight.astype(jnp.float32).reshape(bcast)
+    if bias is not None:
+        y = y + bias.astype(jnp.float32).reshape(bcast)
+    return y.astype(x.dtype)
