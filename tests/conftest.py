@@ -1,0 +1,30 @@
+import pytest
+import torch
+
+import cogvideox_torchax as ct
+
+# tests/multidevice needs 8 simulated devices, which must be set before JAX
+# starts; tests/test_multidevice.py runs it in its own process.
+collect_ignore = ["multidevice"]
+
+
+@pytest.fixture(scope="session")
+def tiny_upstream():
+    """diffusers' CogVideoX VAE test config with seeded random weights."""
+    return ct.random_upstream("tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_vae(tiny_upstream):
+    return ct.wrap(tiny_upstream, dtype="float32", mesh="dp=1,tp=1")
+
+
+@pytest.fixture(scope="session")
+def upstream_2b():
+    """The real CogVideoX-2b VAE architecture with seeded random weights."""
+    return ct.random_upstream("cogvideox-2b", seed=0)
+
+
+def upstream_decode(module, z: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return module.decode(z).sample

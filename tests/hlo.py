@@ -1,0 +1,60 @@
+"""Reading lowered StableHLO text: which full-size f32 values feed what."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_DEF = re.compile(r"^\s*(%[\w#.:]+)(?::\d+)?\s*=\s*(\"?[\w.]+\"?)")
+_TENSOR = re.compile(r"tensor<([\dx]*)x?(f32|bf16|f16|i\d+|i1|ui\d+)>")
+_USE = re.compile(r"%[\w.]+")
+# Elementwise ops a float value may pass through on its way into a reduce.
+_PASS_THROUGH = {
+    "stablehlo.convert", "stablehlo.subtract", "stablehlo.add", "stablehlo.multiply",
+    "chlo.square", "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.negate",
+}
+
+
+def _numel(dims: str) -> int:
+    return math.prod(int(d) for d in dims.split("x") if d) if dims else 1
+
+
+def _result_types(line: str) -> list[tuple[int, str]]:
+    rhs = line.split("->")[-1] if "->" in line else line.split(":")[-1]
+    return [(_numel(d), t) for d, t in _TENSOR.findall(rhs)]
+
+
+def fp32_escapes(stablehlo: str, min_elements: int) -> list[str]:
+    """Lines where an f32 value of at least ``min_elements`` elements reaches
+    anything but a reduction (through elementwise ops only).
+
+    An empty list means every full-size f32 value in the program is an
+    intermediate of a reduction, which XLA fuses into the reduce.
+    """
+    escapes = []
+    for block in stablehlo.split("func.func")[1:]:
+        lines = block.splitlines()
+        defs: dict[str, tuple[str, bool]] = {}
+        users: dict[str, list[tuple[str, str]]] = {}
+        for ln in lines:
+            m = _DEF.match(ln)
+            op = m.group(2).strip('"') if m else ln.strip().split(" ")[0]
+            name = m.group(1) if m else None
+            if name:
+                big = any(n >= min_elements and t == "f32" for n, t in _result_types(ln))
+                defs[name] = (op, big)
+            operands = ln.split("=", 1)[1] if m else ln
+            for use in set(_USE.findall(operands)):
+                users.setdefault(use, []).append((op, ln.strip()))
+        for name, (op, big) in defs.items():
+            if not big:
+                continue
+            for user_op, user_line in users.get(name, []):
+                if user_op == "stablehlo.reduce":
+                    continue
+                if user_op in _PASS_THROUGH:
+                    m = _DEF.match(user_line)
+                    if m and defs.get(m.group(1), (None, False))[1]:
+                        continue  # still full-size f32: checked as its own value
+                escapes.append(user_line)
+    return escapes
