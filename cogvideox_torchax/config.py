@@ -49,6 +49,8 @@ class RuntimeOptions:
         group_norm: replace `nn.GroupNorm` with `kernels.group_norm` (fp32
             statistics, no full-size fp32 copy). False keeps torchax's
             lowering of the upstream op, for comparison.
+        silu: replace `nn.SiLU` with `kernels.silu` (rounds once in bf16,
+            as torch does; torchax's lowering rounds twice).
         chunk_free_conv: run `CogVideoXSafeConv3d` as one convolution instead
             of upstream's memory-size chunking.
         shard_activations: constrain activations to split width over ``tp``
@@ -57,12 +59,13 @@ class RuntimeOptions:
 
     dtype: str = "float32"
     group_norm: bool = True
+    silu: bool = True
     chunk_free_conv: bool = True
     shard_activations: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
-        for name in ("group_norm", "chunk_free_conv", "shard_activations"):
+        for name in ("group_norm", "silu", "chunk_free_conv", "shard_activations"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
 

@@ -26,7 +26,8 @@ from cogvideox_torchax._torch_compat import import_torchax
 torchax = import_torchax()
 from torchax import interop  # noqa: E402  (torchax must come through the shim)
 
-import kernels  # noqa: E402
+from kernels.group_norm import group_norm  # noqa: E402
+from kernels.silu import silu  # noqa: E402
 
 
 def _is_torchax(x: Any) -> bool:
@@ -47,13 +48,22 @@ class ChunkFreeSafeConv3d(CogVideoXSafeConv3d):
 
 
 class JaxGroupNorm(torch.nn.GroupNorm):
-    """`nn.GroupNorm` computed by `kernels.group_norm` under torchax."""
+    """`nn.GroupNorm` computed by `kernels.group_norm.group_norm` under torchax."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not _is_torchax(input):
             return super().forward(input)
-        fn = functools.partial(kernels.group_norm, num_groups=self.num_groups, eps=self.eps)
+        fn = functools.partial(group_norm, num_groups=self.num_groups, eps=self.eps)
         return interop.torch_view(fn)(input, self.weight, self.bias)
+
+
+class JaxSiLU(torch.nn.SiLU):
+    """`nn.SiLU` computed by `kernels.silu.silu` (one rounding) under torchax."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not _is_torchax(input):
+            return super().forward(input)
+        return interop.torch_view(silu)(input)
 
 
 def _swap_class(vae: torch.nn.Module, base: type, patched: type) -> int:
@@ -81,6 +91,15 @@ def apply_group_norm(vae: torch.nn.Module) -> int:
         How many modules changed in this call (0 on a second call).
     """
     return _swap_class(vae, torch.nn.GroupNorm, JaxGroupNorm)
+
+
+def apply_silu(vae: torch.nn.Module) -> int:
+    """Makes every `nn.SiLU` in ``vae`` a `JaxSiLU`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return _swap_class(vae, torch.nn.SiLU, JaxSiLU)
 
 
 # Activations are constrained where they are produced: every causal conv (the

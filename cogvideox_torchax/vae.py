@@ -71,6 +71,8 @@ class TorchaxVAE:
             patches.apply_safe_conv(module)
         if options.group_norm:
             patches.apply_group_norm(module)
+        if options.silu:
+            patches.apply_silu(module)
         patches.apply_width_sharding(module, mesh if options.shard_activations else None)
         self._module = module
         self._jittable = interop.JittableModule(module)

@@ -1,9 +1,6 @@
 """JAX functions that replace hot spots of the upstream PyTorch VAE.
 
-Each kernel sits beside a pure-jnp ``*_reference`` that the tests compare it
-against.
+One kernel per module, each beside a pure-jnp ``*_reference`` that the tests
+compare it against; import from the module (``from kernels.group_norm import
+group_norm``), so a function never shadows the module it lives in.
 """
-
-from kernels.group_norm import group_norm, group_norm_reference
-
-__all__ = ["group_norm", "group_norm_reference"]

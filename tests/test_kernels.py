@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels import group_norm, group_norm_reference
+from kernels.group_norm import group_norm, group_norm_reference
 from tests import hlo
 from tests.parity import assert_close
 
@@ -92,3 +92,19 @@ def test_bad_shapes_are_named(kwargs, match):
     w = jnp.zeros(kwargs.get("wshape", (x.shape[1] if x.ndim > 1 else 1,)))
     with pytest.raises(ValueError, match=match):
         group_norm(x, w, None, num_groups=kwargs["groups"])
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_silu_matches_torch_and_reference(dtype):
+    from kernels.silu import silu, silu_reference
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32) * 4
+    xt = torch.from_numpy(x).to(torch.bfloat16 if dtype == jnp.bfloat16 else torch.float32)
+    expected = torch.nn.functional.silu(xt).float().numpy()
+    xj = jnp.asarray(xt.float().numpy(), dtype)
+    got = silu(xj)
+    assert got.dtype == dtype
+    # bf16: one rounding, as torch: equal to the last bit.
+    atol = 0.0 if dtype == jnp.bfloat16 else 1e-6
+    assert_close(np.asarray(got.astype(jnp.float32)), expected, atol=atol, label=f"silu {dtype.__name__}")
+    assert_close(np.asarray(silu_reference(xj).astype(jnp.float32)), expected, atol=max(atol, 1e-6), label="reference")

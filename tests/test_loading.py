@@ -1,0 +1,160 @@
+"""from_pretrained / wrap: folders, shards, hub cache, and errors that name the problem."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import cogvideox_torchax as ct
+from cogvideox_torchax import loading
+from tests.conftest import upstream_decode
+from tests.parity import assert_close
+
+Z = torch.randn((1, 4, 2, 3, 4), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_upstream, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny_vae")
+    tiny_upstream.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_upstream):
+    return upstream_decode(tiny_upstream, Z)
+
+
+def test_save_pretrained_round_trip(saved, expected):
+    vae = ct.from_pretrained(saved, mesh="dp=1,tp=1")
+    assert_close(vae.decode(Z).sample, expected, atol=2e-5, label="round trip")
+
+
+def test_sharded_checkpoint_and_subfolder(tiny_upstream, tmp_path, expected):
+    tiny_upstream.save_pretrained(tmp_path / "vae", max_shard_size="20KB")
+    shards = list((tmp_path / "vae").glob("*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "vae" / loading.WEIGHTS_INDEX_NAME).is_file()
+    vae = ct.from_pretrained(tmp_path, subfolder="vae", mesh="dp=1,tp=1")
+    assert_close(vae.decode(Z).sample, expected, atol=2e-5, label="sharded")
+
+
+def test_bfloat16_load_casts_weights(saved):
+    vae = ct.from_pretrained(saved, dtype="bf16", mesh="dp=1,tp=1")
+    assert vae.dtype == torch.bfloat16
+    assert {w.dtype for w in vae.weights.values()} == {jax.numpy.dtype("bfloat16")}
+    assert vae.decode(Z).sample.dtype == torch.bfloat16
+
+
+def _copy_with(saved, tmp_path, edit):
+    (tmp_path / "config.json").write_text((saved / "config.json").read_text())
+    state = load_file(saved / loading.WEIGHTS_NAME)
+    edit(state)
+    save_file(state, tmp_path / loading.WEIGHTS_NAME)
+    return tmp_path
+
+
+def test_wrong_key_is_named(saved, tmp_path):
+    key = "decoder.conv_in.conv.weight"
+
+    def rename(state):
+        state["decoder.conv_in.conv.weights"] = state.pop(key)
+
+    with pytest.raises(ct.ModelLoadError, match=f"missing key '{key}'"):
+        ct.from_pretrained(_copy_with(saved, tmp_path, rename))
+
+
+def test_unexpected_key_is_named(saved, tmp_path):
+    def add(state):
+        state["decoder.extra.bias"] = torch.zeros(3)
+
+    with pytest.raises(ct.ModelLoadError, match="unexpected key 'decoder.extra.bias'"):
+        ct.from_pretrained(_copy_with(saved, tmp_path, add))
+
+
+def test_wrong_shape_is_named(saved, tmp_path):
+    key = "decoder.norm_out.norm_layer.weight"
+
+    def reshape(state):
+        state[key] = torch.zeros(5)
+
+    with pytest.raises(ct.ModelLoadError, match=rf"'{key}' has shape \(5,\), the model expects \(8,\)"):
+        ct.from_pretrained(_copy_with(saved, tmp_path, reshape))
+
+
+def test_folder_errors(saved, tmp_path):
+    with pytest.raises(ct.ModelLoadError, match="no such model folder"):
+        ct.from_pretrained(tmp_path / "nope")
+    with pytest.raises(ct.ModelLoadError, match="no config.json"):
+        ct.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text((saved / "config.json").read_text())
+    with pytest.raises(ct.ModelLoadError, match="no safetensors weights"):
+        ct.from_pretrained(tmp_path)
+    (tmp_path / loading.WEIGHTS_NAME).write_bytes(b"not safetensors")
+    with pytest.raises(ct.ModelLoadError, match="cannot read weights"):
+        ct.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL"}))
+    with pytest.raises(ct.ModelLoadError, match="not an AutoencoderKLCogVideoX"):
+        ct.from_pretrained(tmp_path)
+
+
+def test_wrap_leaves_the_module_alone(tiny_upstream, expected):
+    before = {k: v.clone() for k, v in tiny_upstream.state_dict().items()}
+    classes = [type(m) for m in tiny_upstream.modules()]
+    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
+    assert [type(m) for m in tiny_upstream.modules()] == classes
+    assert all(torch.equal(before[k], v) for k, v in tiny_upstream.state_dict().items())
+    assert vae.dtype == torch.float32
+    with pytest.raises(TypeError, match="AutoencoderKLCogVideoX"):
+        ct.wrap(torch.nn.Linear(2, 2))
+
+
+def test_mesh_and_dtype_errors(tiny_upstream):
+    with pytest.raises(ValueError, match=r"needs 64 devices but only 1"):
+        ct.wrap(tiny_upstream, mesh="dp=8,tp=8")
+    with pytest.raises(ValueError, match="dp=2,tp=4"):
+        ct.wrap(tiny_upstream, mesh="tp:4")
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        ct.wrap(tiny_upstream, dtype="float16")
+    mesh = ct.make_mesh(None)
+    assert dict(mesh.shape) == {"dp": 1, "tp": len(jax.devices())}
+
+
+_HUB_SCRIPT = """
+import sys, cogvideox_torchax as ct
+try:
+    vae = ct.from_pretrained("acme/tiny-cogvideox", subfolder="vae", mesh="dp=1,tp=1")
+    print("LOADED", vae.config.latent_channels)
+except ct.ModelLoadError as e:
+    print("ERROR", e)
+"""
+
+
+def _fake_hub_cache(root, saved):
+    repo = root / "models--acme--tiny-cogvideox"
+    snapshot = repo / "snapshots" / ("0" * 40) / "vae"
+    snapshot.mkdir(parents=True)
+    for name in ("config.json", loading.WEIGHTS_NAME):
+        (snapshot / name).write_bytes((saved / name).read_bytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+
+
+def _run_offline(cache):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-c", _HUB_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_hub_id_from_the_offline_cache(saved, tmp_path):
+    _fake_hub_cache(tmp_path, saved)
+    out = _run_offline(tmp_path)
+    assert "LOADED 4" in out.stdout, out.stdout + out.stderr
+
+
+def test_hub_id_offline_and_not_cached_says_what_to_do(tmp_path):
+    out = _run_offline(tmp_path)
+    assert "ERROR" in out.stdout and "local diffusers folder" in out.stdout, out.stdout + out.stderr

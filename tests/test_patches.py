@@ -1,0 +1,98 @@
+"""Each apply_* patch alone: idempotent, state dict untouched, same result."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafeConv3d
+
+import cogvideox_torchax as ct
+from cogvideox_torchax import patches
+from cogvideox_torchax._torch_compat import import_torchax
+from tests.conftest import upstream_decode
+from tests.parity import assert_close
+
+torchax = import_torchax()
+
+
+@pytest.fixture
+def fresh():
+    return ct.random_upstream("tiny", seed=1)
+
+
+def _keys_and_shapes(m):
+    return {k: tuple(v.shape) for k, v in m.state_dict().items()}
+
+
+@pytest.mark.parametrize("apply", [patches.apply_safe_conv, patches.apply_group_norm, patches.apply_silu])
+def test_class_patches_are_idempotent_and_keep_eager_results(fresh, apply):
+    z = torch.randn(1, 4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    before = upstream_decode(fresh, z)
+    keys = _keys_and_shapes(fresh)
+    first = apply(fresh)
+    assert first > 0
+    assert apply(fresh) == 0
+    assert _keys_and_shapes(fresh) == keys
+    # Eager torch on plain tensors still runs the upstream computation.
+    assert_close(upstream_decode(fresh, z), before, atol=1e-6, label=apply.__name__)
+
+
+def test_group_norm_patch_count(fresh):
+    n = sum(isinstance(m, torch.nn.GroupNorm) for m in fresh.modules())
+    assert patches.apply_group_norm(fresh) == n
+    assert all(type(m) is patches.JaxGroupNorm for m in fresh.modules() if isinstance(m, torch.nn.GroupNorm))
+
+
+def _lowered_conv_count(module, shape):
+    env = torchax.default_env()
+
+    def run(w, b, x):
+        with env, torch.no_grad():
+            p = {"weight": env.j2t_iso(w), "bias": env.j2t_iso(b)}
+            out = torch.func.functional_call(module, p, (env.j2t_iso(x),))
+        return env.t2j_iso(out)
+
+    spec = jax.ShapeDtypeStruct
+    w = spec(tuple(module.weight.shape), jnp.float32)
+    b = spec(tuple(module.bias.shape), jnp.float32)
+    text = jax.jit(run).lower(w, b, spec(shape, jnp.float32)).as_text()
+    return text.count("stablehlo.convolution")
+
+
+def test_safe_conv_runs_one_convolution_where_upstream_chunks():
+    # 1x8x40x2048x2048 counts as 2.5 "GB" upstream: two time chunks. Only
+    # traced (abstract shapes), so nothing of that size is allocated.
+    shape = (1, 8, 40, 2048, 2048)
+    conv = CogVideoXSafeConv3d(8, 8, kernel_size=3, padding=(0, 1, 1)).eval()
+    assert _lowered_conv_count(conv, shape) == 2
+    holder = torch.nn.Sequential(conv)
+    assert patches.apply_safe_conv(holder) == 1
+    assert _lowered_conv_count(conv, shape) == 1
+
+
+def test_safe_conv_same_numbers_under_torchax():
+    conv = CogVideoXSafeConv3d(4, 6, kernel_size=3, padding=(0, 1, 1)).eval()
+    x = torch.randn(1, 4, 5, 6, 7)
+    with torch.no_grad():
+        expected = conv(x)
+    patches.apply_safe_conv(torch.nn.Sequential(conv))
+    env = torchax.default_env()
+    with env, torch.no_grad():
+        got = conv.to("jax")(x.to("jax")).to("cpu")
+    assert_close(got, expected, atol=1e-5, label="chunk-free conv")
+
+
+def test_width_sharding_hooks_replace_and_remove(fresh):
+    mesh = ct.make_mesh("dp=1,tp=1")
+    assert patches.apply_width_sharding(fresh, mesh) == 0  # one device: nothing to constrain
+
+    class FakeMesh:  # a two-device mesh is not available in this process
+        size = 2
+
+    n = patches.apply_width_sharding(fresh, FakeMesh())
+    assert n > 0
+    assert patches.apply_width_sharding(fresh, FakeMesh()) == n
+    hooks = sum(len(m._forward_hooks) for m in fresh.modules())
+    assert hooks == n  # re-applying replaced, did not stack
+    assert patches.apply_width_sharding(fresh, None) == 0
+    assert sum(len(m._forward_hooks) for m in fresh.modules()) == 0
