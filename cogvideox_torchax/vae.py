@@ -83,6 +83,9 @@ class TorchaxVAE:
             name: jax.device_put(_to_numpy(t, np_dtype), weights_sharding) for name, t in state_dict.items()
         }
         self._jit_decode = jax.jit(self._decode_pure)
+        # One executable per latent shape, compiled ahead of time so callers
+        # can time compilation apart from decoding.
+        self._executables: dict[tuple[int, ...], jax.stages.Compiled] = {}
 
     # -- the traced program -------------------------------------------------
 
@@ -123,7 +126,8 @@ class TorchaxVAE:
         """The state dict as JAX arrays on the mesh, in `dtype`."""
         return self._weights
 
-    def _check_latents(self, shape: tuple[int, ...]) -> None:
+    def check_latents(self, shape: tuple[int, ...]) -> None:
+        """Raises ValueError unless ``shape`` is a decodable (B, C, T, H, W)."""
         channels = self.config.latent_channels
         if len(shape) != 5:
             raise ValueError(f"latents must be (B, C, T, H, W), got shape {tuple(shape)}")
@@ -133,7 +137,7 @@ class TorchaxVAE:
             raise ValueError(f"latents have an empty dimension: shape {tuple(shape)}")
 
     def _device_latents(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
-        self._check_latents(tuple(z.shape))
+        self.check_latents(tuple(z.shape))
         arr = _to_numpy(z, np.dtype(self._options.jax_dtype))
         return jax.device_put(arr, sharding.input_sharding(arr.shape, self._mesh))
 
@@ -151,9 +155,7 @@ class TorchaxVAE:
             (13 latent frames give 49).
         """
         zj = self._device_latents(z)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_INT64_WARNING)
-            return self._jit_decode(self._weights, zj)
+        return self.compile_decode(zj.shape)(self._weights, zj)
 
     def decode(
         self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
@@ -180,11 +182,18 @@ class TorchaxVAE:
         program's per-device temporary and argument bytes.
         """
         shape = tuple(shape)
-        self._check_latents(shape)
+        self.check_latents(shape)
         spec = jax.ShapeDtypeStruct(shape, self._options.jax_dtype, sharding=sharding.input_sharding(shape, self._mesh))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_INT64_WARNING)
             return self._jit_decode.lower(self._weights, spec)
+
+    def compile_decode(self, shape: tuple[int, ...]) -> jax.stages.Compiled:
+        """The compiled decode for a latent shape, compiling it on first use."""
+        shape = tuple(shape)
+        if shape not in self._executables:
+            self._executables[shape] = self.lower_decode(shape).compile()
+        return self._executables[shape]
 
     def __repr__(self) -> str:
         mesh = ",".join(f"{k}={v}" for k, v in self._mesh.shape.items())
