@@ -65,7 +65,7 @@ def test_bad_inputs(latents, tmp_path, capsys):
     junk.write_bytes(b"\x00" * 3)
     _bad(tmp_path, capsys, [str(junk), *tiny, "-o", out], "not a readable safetensors")
     two = tmp_path / "two.safetensors"
-    save_file({"a": z, "b": z}, two)
+    save_file({"a": z, "b": z.clone()}, two)
     _bad(tmp_path, capsys, [str(two), *tiny, "-o", out], "pick one with --key: a, b")
     _bad(tmp_path, capsys, [str(two), "--key", "c", *tiny, "-o", out], "no tensor 'c'.*keys: a, b")
     nan = tmp_path / "nan.safetensors"

@@ -1,5 +1,7 @@
 """Decode parity with upstream eager PyTorch on CPU, same weights and latents."""
 
+import os
+
 import pytest
 import torch
 
@@ -77,7 +79,10 @@ def test_tiny_bf16_psnr(tiny_upstream):
     assert ours >= theirs - 0.5
 
 
-@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("COGVIDEOX_TORCHAX_SLOW") != "1",
+    reason="upstream eager bf16 Conv3d on a CPU takes > 5 min even at (1,16,2,4,4); set COGVIDEOX_TORCHAX_SLOW=1",
+)
 def test_cogvideox_2b_bf16_psnr():
     ours, theirs = _bf16_psnrs(ct.random_upstream("cogvideox-2b", seed=0), (1, 16, 2, 4, 4))
     assert ours >= theirs - 0.5
