@@ -51,6 +51,9 @@ class RuntimeOptions:
             lowering of the upstream op, for comparison.
         silu: replace `nn.SiLU` with `kernels.silu` (rounds once in bf16,
             as torch does; torchax's lowering rounds twice).
+        conv_bias: add convolution biases inside the fp32 accumulator and
+            round once, as torch's bf16 convolutions do (`kernels.conv`);
+            torchax's lowering rounds the convolution and then the add.
         chunk_free_conv: run `CogVideoXSafeConv3d` as one convolution instead
             of upstream's memory-size chunking.
         shard_activations: constrain activations to split width over ``tp``
@@ -60,12 +63,13 @@ class RuntimeOptions:
     dtype: str = "float32"
     group_norm: bool = True
     silu: bool = True
+    conv_bias: bool = True
     chunk_free_conv: bool = True
     shard_activations: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
-        for name in ("group_norm", "silu", "chunk_free_conv", "shard_activations"):
+        for name in ("group_norm", "silu", "conv_bias", "chunk_free_conv", "shard_activations"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
 

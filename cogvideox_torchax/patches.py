@@ -26,6 +26,7 @@ from cogvideox_torchax._torch_compat import import_torchax
 torchax = import_torchax()
 from torchax import interop  # noqa: E402  (torchax must come through the shim)
 
+from kernels.conv import conv  # noqa: E402
 from kernels.group_norm import group_norm  # noqa: E402
 from kernels.silu import silu  # noqa: E402
 
@@ -47,6 +48,43 @@ class ChunkFreeSafeConv3d(CogVideoXSafeConv3d):
         return torch.nn.Conv3d.forward(self, input)
 
 
+class _FusedBiasConv:
+    """Mixin: `_conv_forward` by `kernels.conv.conv` (bias in the fp32 accumulator) under torchax.
+
+    Overriding `_conv_forward`, not `forward`, keeps each class's own forward:
+    upstream's chunked `CogVideoXSafeConv3d` still chunks, each chunk going
+    through the kernel.
+    """
+
+    def _conv_forward(self, input, weight, bias):
+        if not _is_torchax(input) or self.padding_mode != "zeros" or isinstance(self.padding, str):
+            return super()._conv_forward(input, weight, bias)
+        fn = functools.partial(
+            conv,
+            stride=tuple(self.stride),
+            padding=tuple(self.padding),
+            dilation=tuple(self.dilation),
+            groups=self.groups,
+        )
+        return interop.torch_view(fn)(input, weight, bias)
+
+
+class JaxConv2d(_FusedBiasConv, torch.nn.Conv2d):
+    """`nn.Conv2d` rounding once in bf16 (see `_FusedBiasConv`)."""
+
+
+class JaxConv3d(_FusedBiasConv, torch.nn.Conv3d):
+    """`nn.Conv3d` rounding once in bf16 (see `_FusedBiasConv`)."""
+
+
+class JaxSafeConv3d(_FusedBiasConv, CogVideoXSafeConv3d):
+    """Upstream's chunked `CogVideoXSafeConv3d`, each chunk rounding once."""
+
+
+class JaxChunkFreeSafeConv3d(_FusedBiasConv, ChunkFreeSafeConv3d):
+    """`ChunkFreeSafeConv3d` rounding once in bf16."""
+
+
 class JaxGroupNorm(torch.nn.GroupNorm):
     """`nn.GroupNorm` computed by `kernels.group_norm.group_norm` under torchax."""
 
@@ -66,22 +104,49 @@ class JaxSiLU(torch.nn.SiLU):
         return interop.torch_view(silu)(input)
 
 
-def _swap_class(vae: torch.nn.Module, base: type, patched: type) -> int:
+def _swap_classes(vae: torch.nn.Module, swaps: dict[type, type]) -> int:
     count = 0
     for module in vae.modules():
-        if type(module) is base:
+        patched = swaps.get(type(module))
+        if patched is not None:
             module.__class__ = patched
             count += 1
     return count
 
 
+def _swap_class(vae: torch.nn.Module, base: type, patched: type) -> int:
+    return _swap_classes(vae, {base: patched})
+
+
 def apply_safe_conv(vae: torch.nn.Module) -> int:
     """Makes every `CogVideoXSafeConv3d` in ``vae`` a `ChunkFreeSafeConv3d`.
+
+    Composes with `apply_conv_bias` in either order.
 
     Returns:
         How many modules changed in this call (0 on a second call).
     """
-    return _swap_class(vae, CogVideoXSafeConv3d, ChunkFreeSafeConv3d)
+    return _swap_classes(vae, {CogVideoXSafeConv3d: ChunkFreeSafeConv3d, JaxSafeConv3d: JaxChunkFreeSafeConv3d})
+
+
+def apply_conv_bias(vae: torch.nn.Module) -> int:
+    """Makes every 2-D and 3-D convolution in ``vae`` add its bias before rounding.
+
+    Covers `nn.Conv2d` (the upsamplers), `nn.Conv3d` and both kinds of
+    `CogVideoXSafeConv3d`. Composes with `apply_safe_conv` in either order.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return _swap_classes(
+        vae,
+        {
+            torch.nn.Conv2d: JaxConv2d,
+            torch.nn.Conv3d: JaxConv3d,
+            CogVideoXSafeConv3d: JaxSafeConv3d,
+            ChunkFreeSafeConv3d: JaxChunkFreeSafeConv3d,
+        },
+    )
 
 
 def apply_group_norm(vae: torch.nn.Module) -> int:

@@ -73,6 +73,8 @@ class TorchaxVAE:
             patches.apply_group_norm(module)
         if options.silu:
             patches.apply_silu(module)
+        if options.conv_bias:
+            patches.apply_conv_bias(module)
         patches.apply_width_sharding(module, mesh if options.shard_activations else None)
         self._module = module
         self._jittable = interop.JittableModule(module)

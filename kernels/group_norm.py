@@ -3,9 +3,9 @@
 torch's GroupNorm on a bf16 activation computes in fp32; a naive JAX port does
 ``x.astype(float32)`` first and keeps that full-size copy alive (seeds 000:
 the bf16 decode still ran out of memory because of exactly this). Here the
-fp32 conversion only ever feeds a reduction, which XLA fuses into the reduce,
-and the normalisation itself is a subtract and a multiply-add in the input
-dtype with per-(sample, channel) coefficients computed in fp32.
+fp32 conversion only ever feeds a reduction (fused into the reduce) or the
+normalisation's elementwise chain, which ends in the cast back to the input
+dtype and is fused into one pass: fp32 values live in registers only.
 
 Statistics are two-pass (mean, then mean of squared deviations), not
 ``E[x^2] - E[x]^2``: the one-pass form cancels catastrophically when an
@@ -65,22 +65,22 @@ def group_norm(
     var = jnp.mean(jnp.square(grouped.astype(f32) - mean), axis=axes, keepdims=True)
     inv_std = jax.lax.rsqrt(var + eps)  # (n, G, 1, ...)
 
-    # Per (n, c): y = (x - m) * scale + shift, computed in x's dtype.
-    # Subtracting first, not folding into x * scale + (b - mean * scale):
-    # that form cancels catastrophically in bf16 when the mean is large
-    # against the spread. m is the mean rounded to x's dtype, so x - m is
-    # exact near the mean (Sterbenz); the rounding remainder goes into the
-    # fp32 shift. In fp32, m is the mean and this is the textbook formula.
+    # Per (n, c): y = (x - mean) * scale + b, in fp32, rounded once to
+    # x's dtype as torch does. Not folded into x * scale + (b - mean * scale):
+    # that cancels catastrophically when the mean is large against the
+    # spread. The fp32 values here are one elementwise chain from x to the
+    # final cast, which XLA fuses into a single pass: nothing fp32 of x's size
+    # is stored. (Doing the subtract and multiply-add in bf16 instead rounds
+    # three times and cost 0.5 dB PSNR over the decoder.)
     per_channel = functools.partial(jnp.repeat, repeats=c // num_groups, axis=1)
     mean_c = per_channel(mean.reshape(n, num_groups))  # (n, c) f32
     inv_std_c = per_channel(inv_std.reshape(n, num_groups))
     w = jnp.ones((c,), f32) if weight is None else weight.astype(f32)
     b = jnp.zeros((c,), f32) if bias is None else bias.astype(f32)
     scale = inv_std_c * w
-    m = mean_c.astype(x.dtype)
-    shift = b - (mean_c - m.astype(f32)) * scale
     bcast = (n, c) + (1,) * len(spatial)
-    return (x - m.reshape(bcast)) * scale.reshape(bcast).astype(x.dtype) + shift.reshape(bcast).astype(x.dtype)
+    y = (x.astype(f32) - mean_c.reshape(bcast)) * scale.reshape(bcast) + b.reshape(1, c, *(1,) * len(spatial))
+    return y.astype(x.dtype)
 
 
 def group_norm_reference(

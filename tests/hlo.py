@@ -1,4 +1,13 @@
-"""Reading lowered StableHLO text: which full-size f32 values feed what."""
+"""Reading lowered StableHLO text: which full-size f32 values feed what.
+
+The bf16 rule (issue 4): an fp32 value as large as an activation may exist in
+the lowered program only as the inside of a fusible computation, i.e. it
+reaches nothing but elementwise ops that end in a reduction or in a cast back
+to a narrower float. XLA fuses such chains (and a convolution's fp32
+accumulator with its elementwise epilogue), so they are never stored. What
+the rule catches is fp32 reaching anything that materialises it: a
+convolution operand, a pad, a concatenate, a slice, a function result.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +21,8 @@ _USE = re.compile(r"%[\w.]+")
 _PASS_THROUGH = {
     "stablehlo.convert", "stablehlo.subtract", "stablehlo.add", "stablehlo.multiply",
     "chlo.square", "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.negate",
+    "stablehlo.logistic", "stablehlo.divide", "stablehlo.exponential", "stablehlo.maximum",
+    "stablehlo.minimum", "stablehlo.rsqrt", "stablehlo.sqrt",
 }
 
 
@@ -26,10 +37,13 @@ def _result_types(line: str) -> list[tuple[int, str]]:
 
 def fp32_escapes(stablehlo: str, min_elements: int) -> list[str]:
     """Lines where an f32 value of at least ``min_elements`` elements reaches
-    anything but a reduction (through elementwise ops only).
+    anything but a reduction or a cast to a narrower type (through
+    elementwise ops only).
 
-    An empty list means every full-size f32 value in the program is an
-    intermediate of a reduction, which XLA fuses into the reduce.
+    An empty list means every full-size f32 value in the program is inside a
+    fusible computation: the input side of a reduce, or an elementwise chain
+    (possibly starting at a convolution's fp32 accumulator) that is rounded
+    back to bf16 at its end.
     """
     escapes = []
     for block in stablehlo.split("func.func")[1:]:
@@ -56,5 +70,7 @@ def fp32_escapes(stablehlo: str, min_elements: int) -> list[str]:
                     m = _DEF.match(user_line)
                     if m and defs.get(m.group(1), (None, False))[1]:
                         continue  # still full-size f32: checked as its own value
+                    if user_op == "stablehlo.convert" and all(t != "f32" for _, t in _result_types(user_line)):
+                        continue  # rounded back to a narrower type
                 escapes.append(user_line)
     return escapes

@@ -1,4 +1,4 @@
-"""kernels.group_norm against torch's group_norm and its own fp32 reference."""
+"""The kernels (group_norm, silu, conv) against torch and their own fp32 references."""
 
 import math
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from kernels.conv import conv, conv_reference
 from kernels.group_norm import group_norm, group_norm_reference
 from tests import hlo
 from tests.parity import assert_close
@@ -60,23 +61,37 @@ def test_no_affine():
     assert_close(np.asarray(group_norm(jnp.asarray(x), None, None, num_groups=2)), expected.numpy(), atol=2e-5, label="no affine")
 
 
-def test_bf16_keeps_fp32_only_inside_reductions():
+def test_bf16_keeps_fp32_only_inside_fused_computations():
     shape = (1, 32, 2, 8, 8)
     x = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
     w = jax.ShapeDtypeStruct((32,), jnp.bfloat16)
     lowered = jax.jit(lambda x, w: group_norm(x, w, w, num_groups=4, eps=1e-6)).lower(x, w).as_text()
     assert "xf32>" in lowered  # the statistics really are fp32
     escapes = hlo.fp32_escapes(lowered, min_elements=math.prod(shape))
-    assert not escapes, "full-size f32 values used outside a reduction:\n" + "\n".join(escapes)
+    assert not escapes, "full-size f32 values used outside a fused computation:\n" + "\n".join(escapes)
 
 
-def test_fp32_escape_check_catches_an_upcast():
-    # The naive port: upcast, normalise in fp32, cast back. Must be flagged.
+def _upcast_norm(x, w):
+    # The seeds' leak: normalise in fp32 and forget to cast back.
+    xf = x.astype(jnp.float32)
+    return (xf - xf.mean()) * w.astype(jnp.float32).reshape(1, -1, 1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "leak",
+    [
+        pytest.param(_upcast_norm, id="returned"),
+        pytest.param(lambda x, w: jnp.pad(_upcast_norm(x, w), 1).astype(x.dtype), id="padded"),
+        pytest.param(
+            lambda x, w: conv(_upcast_norm(x, w), jnp.ones((32, 32, 1, 1, 1), x.dtype), None, **_CONV1), id="conv-operand"
+        ),
+    ],
+)
+def test_fp32_escape_check_catches_a_leak(leak):
     shape = (1, 32, 2, 8, 8)
     x = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
     w = jax.ShapeDtypeStruct((32,), jnp.bfloat16)
-    lowered = jax.jit(lambda x, w: group_norm_reference(x, w, w, num_groups=4, eps=1e-6)).lower(x, w).as_text()
-    assert hlo.fp32_escapes(lowered, min_elements=math.prod(shape))
+    assert hlo.fp32_escapes(jax.jit(leak).lower(x, w).as_text(), min_elements=math.prod(shape))
 
 
 @pytest.mark.parametrize(
@@ -108,3 +123,72 @@ def test_silu_matches_torch_and_reference(dtype):
     atol = 0.0 if dtype == jnp.bfloat16 else 1e-6
     assert_close(np.asarray(got.astype(jnp.float32)), expected, atol=atol, label=f"silu {dtype.__name__}")
     assert_close(np.asarray(silu_reference(xj).astype(jnp.float32)), expected, atol=max(atol, 1e-6), label="reference")
+
+
+_CONV1 = dict(stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "shape,wshape,kw",
+    [
+        ((2, 6, 9, 11), (5, 6, 3, 3), dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1))),
+        ((1, 4, 5, 7, 6), (8, 4, 3, 3, 3), dict(stride=(1, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 1))),
+        ((1, 4, 5, 7, 6), (4, 2, 3, 1, 3), dict(stride=(2, 1, 2), padding=(1, 0, 2), dilation=(1, 1, 2), groups=2)),
+    ],
+)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_conv_matches_torch_fp32(shape, wshape, kw, with_bias):
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (shape, wshape, wshape[:1]))
+    b = b if with_bias else None
+    torch_conv = torch.nn.functional.conv2d if len(shape) == 4 else torch.nn.functional.conv3d
+    t = lambda a: None if a is None else torch.from_numpy(a)  # noqa: E731
+    expected = torch_conv(t(x), t(w), t(b), **kw).numpy()
+    got = np.asarray(conv(jnp.asarray(x), jnp.asarray(w), None if b is None else jnp.asarray(b), **kw))
+    # Outputs reach ~30 here; fp32 summation order alone moves them ~1e-6 relative.
+    assert_close(got, expected, atol=1e-5, rtol=1e-5, label=f"conv fp32 {shape}")
+    ref = np.asarray(conv_reference(jnp.asarray(x), jnp.asarray(w), None if b is None else jnp.asarray(b), **kw))
+    assert_close(ref, expected, atol=1e-5, rtol=1e-5, label=f"conv_reference fp32 {shape}")
+
+
+def test_conv_bf16_rounds_once_like_torch():
+    # torch adds the bias in the fp32 accumulator and rounds once; a bf16 conv
+    # followed by a bf16 bias add rounds twice. Measured against fp32, ours
+    # must be as good as torch's (same rounding) and better than the two-step.
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 8, 5, 18, 18)).astype(np.float32)
+    w = (rng.standard_normal((8, 8, 3, 3, 3)) * 0.2).astype(np.float32)
+    b = (rng.standard_normal(8) * 3).astype(np.float32)
+    kw = dict(stride=(1, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 1))
+    bf = lambda a: torch.from_numpy(a).bfloat16()  # noqa: E731
+    exact = torch.nn.functional.conv3d(bf(x).float(), bf(w).float(), bf(b).float(), **kw)
+    torch_bf16 = torch.nn.functional.conv3d(bf(x), bf(w), bf(b), **kw).float()
+    jb = lambda a: jnp.asarray(a, jnp.bfloat16)  # noqa: E731
+    ours = torch.from_numpy(np.asarray(conv(jb(x), jb(w), jb(b), **kw).astype(jnp.float32)))
+    two_step = conv(jb(x), jb(w), None, **kw) + jb(b).reshape(1, -1, 1, 1, 1)
+    two_step = torch.from_numpy(np.asarray(two_step.astype(jnp.float32)))
+    rms = lambda a: float((a - exact).pow(2).mean().sqrt())  # noqa: E731
+    print(f"[conv bf16] rms error vs fp32: ours {rms(ours):.3e}, torch {rms(torch_bf16):.3e}, two-step {rms(two_step):.3e}")
+    assert conv(jb(x), jb(w), jb(b), **kw).dtype == jnp.bfloat16
+    assert rms(ours) <= 1.05 * rms(torch_bf16)
+    assert rms(two_step) > 1.3 * rms(ours)
+
+
+def test_conv_bf16_keeps_fp32_only_in_the_epilogue():
+    shape = (1, 16, 3, 8, 8)
+    x = jax.ShapeDtypeStruct(shape, jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((16, 16, 3, 3, 3), jnp.bfloat16)
+    b = jax.ShapeDtypeStruct((16,), jnp.bfloat16)
+    kw = dict(stride=(1, 1, 1), padding=(1, 1, 1), dilation=(1, 1, 1))
+    lowered = jax.jit(lambda x, w, b: conv(x, w, b, **kw)).lower(x, w, b).as_text()
+    assert "xf32>" in lowered  # the accumulator really is fp32
+    assert not hlo.fp32_escapes(lowered, min_elements=math.prod(shape))
+
+
+@pytest.mark.parametrize("kwargs,match", [(dict(wshape=(4, 3, 3, 3)), "in-channels"), (dict(bshape=(5,)), "bias")])
+def test_conv_bad_shapes_are_named(kwargs, match):
+    x = jnp.zeros((1, 4, 6, 6))
+    w = jnp.zeros(kwargs.get("wshape", (4, 4, 3, 3)))
+    b = jnp.zeros(kwargs.get("bshape", (4,)))
+    with pytest.raises(ValueError, match=match):
+        conv(x, w, b, stride=(1, 1), padding=(0, 0), dilation=(1, 1))

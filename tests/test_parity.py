@@ -74,8 +74,12 @@ def _bf16_psnrs(upstream, shape, seed=0):
     return ours_db, theirs_db
 
 
-def test_tiny_bf16_psnr(tiny_upstream):
-    ours, theirs = _bf16_psnrs(ct.random_upstream("tiny", seed=0), (1, 4, 3, 4, 4))
+# Several seeds: before the conv-bias and GroupNorm single-rounding fixes,
+# seed 0 passed by 0.08 dB while seed 3 was 3.1 dB below upstream. Now ours
+# is 0.45 to 1.5 dB above upstream's bf16 on seeds 0-5.
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_tiny_bf16_psnr(seed):
+    ours, theirs = _bf16_psnrs(ct.random_upstream("tiny", seed=seed), (1, 4, 3, 4, 4), seed=seed)
     assert ours >= theirs - 0.5
 
 

@@ -24,7 +24,9 @@ def _keys_and_shapes(m):
     return {k: tuple(v.shape) for k, v in m.state_dict().items()}
 
 
-@pytest.mark.parametrize("apply", [patches.apply_safe_conv, patches.apply_group_norm, patches.apply_silu])
+@pytest.mark.parametrize(
+    "apply", [patches.apply_safe_conv, patches.apply_group_norm, patches.apply_silu, patches.apply_conv_bias]
+)
 def test_class_patches_are_idempotent_and_keep_eager_results(fresh, apply):
     z = torch.randn(1, 4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
     before = upstream_decode(fresh, z)
@@ -96,3 +98,33 @@ def test_width_sharding_hooks_replace_and_remove(fresh):
     assert hooks == n  # re-applying replaced, did not stack
     assert patches.apply_width_sharding(fresh, None) == 0
     assert sum(len(m._forward_hooks) for m in fresh.modules()) == 0
+
+
+@pytest.mark.parametrize("order", ["safe_conv first", "conv_bias first"])
+def test_conv_patches_compose_in_either_order(fresh, order):
+    first, second = (patches.apply_safe_conv, patches.apply_conv_bias)
+    if order == "conv_bias first":
+        first, second = second, first
+    first(fresh)
+    second(fresh)
+    safe = [m for m in fresh.modules() if isinstance(m, CogVideoXSafeConv3d)]
+    assert safe and all(type(m) is patches.JaxChunkFreeSafeConv3d for m in safe)
+    convs = [m for m in fresh.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
+    assert all(isinstance(m, patches._FusedBiasConv) for m in convs)
+    assert patches.apply_safe_conv(fresh) == 0 and patches.apply_conv_bias(fresh) == 0
+
+
+def test_conv_bias_same_numbers_under_torchax():
+    conv2 = torch.nn.Conv2d(4, 6, kernel_size=3, padding=1).eval()
+    conv3 = CogVideoXSafeConv3d(4, 6, kernel_size=3, padding=(0, 1, 1)).eval()
+    holder = torch.nn.Sequential(conv2, conv3)
+    x2, x3 = torch.randn(2, 4, 6, 7), torch.randn(1, 4, 5, 6, 7)
+    with torch.no_grad():
+        expected = conv2(x2), conv3(x3)
+    assert patches.apply_conv_bias(holder) == 2
+    env = torchax.default_env()
+    with env, torch.no_grad():
+        holder.to("jax")
+        got = conv2(x2.to("jax")).to("cpu"), conv3(x3.to("jax")).to("cpu")
+    assert_close(got[0], expected[0], atol=1e-5, label="conv2d with fused bias")
+    assert_close(got[1], expected[1], atol=1e-5, label="safe conv3d with fused bias")
