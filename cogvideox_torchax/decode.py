@@ -176,11 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"decoded {summary['latents_shape']} -> {summary['video_shape']} ({summary['dtype']}, "
-              f"mesh {summary['mesh']}, {summary['device']})")
-        print(f"  load {summary['load_s']:.2f} s | compile {summary['compile_s']:.2f} s | "
-              f"decode {summary['decode_s']:.2f} s ({summary['frames_per_s']:.2f} frames/s) | "
-              f"write {summary['write_s']:.2f} s")
+        print(
+            f"decoded {summary['latents_shape']} -> {summary['video_shape']} ({summary['dtype']}, "
+            f"mesh {summary['mesh']}, {summary['device']})"
+        )
+        print(
+            f"  load {summary['load_s']:.2f} s | compile {summary['compile_s']:.2f} s | "
+            f"decode {summary['decode_s']:.2f} s ({summary['frames_per_s']:.2f} frames/s) | "
+            f"write {summary['write_s']:.2f} s"
+        )
         print(f"  wrote {summary['output']}")
     return 0
 

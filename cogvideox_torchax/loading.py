@@ -45,9 +45,7 @@ def _hub_snapshot(repo_id: str, subfolder: str | None) -> Path:
 
     prefix = f"{subfolder.strip('/')}/" if subfolder else ""
     try:
-        root = huggingface_hub.snapshot_download(
-            repo_id, allow_patterns=[f"{prefix}*.json", f"{prefix}*.safetensors"]
-        )
+        root = huggingface_hub.snapshot_download(repo_id, allow_patterns=[f"{prefix}*.json", f"{prefix}*.safetensors"])
     except LocalEntryNotFoundError as e:
         raise ModelLoadError(
             f"{repo_id!r} is not in the local Hugging Face cache and the hub cannot be reached "
@@ -120,8 +118,7 @@ def _weight_files(folder: Path) -> list[Path]:
     if not found:
         raise ModelLoadError(f"no safetensors weights ({WEIGHTS_NAME} or an index) in {str(folder)!r}")
     raise ModelLoadError(
-        f"several safetensors files and no {WEIGHTS_INDEX_NAME} in {str(folder)!r}: "
-        f"{', '.join(f.name for f in found)}"
+        f"several safetensors files and no {WEIGHTS_INDEX_NAME} in {str(folder)!r}: {', '.join(f.name for f in found)}"
     )
 
 

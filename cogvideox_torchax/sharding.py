@@ -82,8 +82,7 @@ def make_mesh(
     if dp * tp > len(devices):
         kind = devices[0].platform if devices else "no"
         raise ValueError(
-            f"mesh dp={dp},tp={tp} needs {dp * tp} devices but only {len(devices)} {kind} "
-            f"device(s) are available"
+            f"mesh dp={dp},tp={tp} needs {dp * tp} devices but only {len(devices)} {kind} device(s) are available"
         )
     return Mesh(np.array(devices[: dp * tp]).reshape(dp, tp), AXES)
 

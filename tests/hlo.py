@@ -19,10 +19,21 @@ _TENSOR = re.compile(r"tensor<([\dx]*)x?(f32|bf16|f16|i\d+|i1|ui\d+)>")
 _USE = re.compile(r"%[\w.]+")
 # Elementwise ops a float value may pass through on its way into a reduce.
 _PASS_THROUGH = {
-    "stablehlo.convert", "stablehlo.subtract", "stablehlo.add", "stablehlo.multiply",
-    "chlo.square", "stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.negate",
-    "stablehlo.logistic", "stablehlo.divide", "stablehlo.exponential", "stablehlo.maximum",
-    "stablehlo.minimum", "stablehlo.rsqrt", "stablehlo.sqrt",
+    "stablehlo.convert",
+    "stablehlo.subtract",
+    "stablehlo.add",
+    "stablehlo.multiply",
+    "chlo.square",
+    "stablehlo.broadcast_in_dim",
+    "stablehlo.reshape",
+    "stablehlo.negate",
+    "stablehlo.logistic",
+    "stablehlo.divide",
+    "stablehlo.exponential",
+    "stablehlo.maximum",
+    "stablehlo.minimum",
+    "stablehlo.rsqrt",
+    "stablehlo.sqrt",
 }
 
 
@@ -60,7 +71,7 @@ def fp32_escapes(stablehlo: str, min_elements: int) -> list[str]:
             operands = ln.split("=", 1)[1] if m else ln
             for use in set(_USE.findall(operands)):
                 users.setdefault(use, []).append((op, ln.strip()))
-        for name, (op, big) in defs.items():
+        for name, (_op, big) in defs.items():
             if not big:
                 continue
             for user_op, user_line in users.get(name, []):

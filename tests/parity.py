@@ -35,7 +35,9 @@ def assert_close(actual, expected, *, atol: float, rtol: float = 0.0, label: str
     Returns:
         ``(max_abs_err, mean_abs_err)``.
     """
-    assert tuple(actual.shape) == tuple(expected.shape), f"{label} shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert tuple(actual.shape) == tuple(expected.shape), (
+        f"{label} shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    )
     if check_dtype:
         assert _dtype_name(actual) == _dtype_name(expected), f"{label} dtype {actual.dtype} != {expected.dtype}"
     a, e = _as_f64(actual), _as_f64(expected)
@@ -43,7 +45,9 @@ def assert_close(actual, expected, *, atol: float, rtol: float = 0.0, label: str
     print(f"[parity] {label}: max abs err {max_err:.3e}, mean abs err {mean_err:.3e} (atol {atol:g}, rtol {rtol:g})")
     assert np.isfinite(a).all(), f"{label}: non-finite values"
     bad = np.abs(a - e) > atol + rtol * np.abs(e)
-    assert not bad.any(), f"{label}: {int(bad.sum())} of {bad.size} elements off; max abs err {max_err:.3e} > atol {atol:g}"
+    assert not bad.any(), (
+        f"{label}: {int(bad.sum())} of {bad.size} elements off; max abs err {max_err:.3e} > atol {atol:g}"
+    )
     return max_err, mean_err
 
 

@@ -29,9 +29,24 @@ def test_decode_writes_the_library_result(latents, tmp_path):
     path, z = latents
     out = tmp_path / "video.npy"
     proc = subprocess.run(
-        [sys.executable, "-m", "cogvideox_torchax.decode", str(path), "--model", "random:tiny", "--seed", "7",
-         "--mesh", "dp=1,tp=1", "--output", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "cogvideox_torchax.decode",
+            str(path),
+            "--model",
+            "random:tiny",
+            "--seed",
+            "7",
+            "--mesh",
+            "dp=1,tp=1",
+            "--output",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"load [\d.]+ s \| compile [\d.]+ s \| decode [\d.]+ s", proc.stdout), proc.stdout

@@ -16,7 +16,11 @@ def test_multidevice_suite():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/multidevice"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     print(proc.stdout[-20000:], proc.stderr[-5000:])
     assert proc.returncode == 0, f"multidevice suite failed (exit {proc.returncode}); its output is above"

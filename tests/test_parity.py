@@ -48,7 +48,9 @@ def test_return_dict_false_and_attributes(tiny_upstream, tiny_vae):
     assert tiny_vae.config == tiny_upstream.config
 
 
-@pytest.mark.parametrize("shape,match", [((1, 4, 2, 4), "B, C, T, H, W"), ((1, 3, 2, 4, 4), "4 channels"), ((1, 4, 0, 4, 4), "empty")])
+@pytest.mark.parametrize(
+    "shape,match", [((1, 4, 2, 4), "B, C, T, H, W"), ((1, 3, 2, 4, 4), "4 channels"), ((1, 4, 0, 4, 4), "empty")]
+)
 def test_bad_latents_are_named(tiny_vae, shape, match):
     with pytest.raises(ValueError, match=match):
         tiny_vae.decode(torch.zeros(shape))

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from kernels.group_norm import group_norm
 from cogvideox_torchax import sharding
+from kernels.group_norm import group_norm
 from tests.parity import assert_close
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (simulated) devices")
@@ -68,7 +68,9 @@ def test_group_norm_with_width_sharded(width, groups):
         x = sharding.constrain_activation(x, mesh)
         return group_norm(x, w, w, num_groups=groups, eps=1e-6)
 
-    expected = torch.nn.functional.group_norm(torch.from_numpy(x), groups, torch.from_numpy(w), torch.from_numpy(w), 1e-6)
+    expected = torch.nn.functional.group_norm(
+        torch.from_numpy(x), groups, torch.from_numpy(w), torch.from_numpy(w), 1e-6
+    )
     assert_close(np.asarray(f(jnp.asarray(x))), expected.numpy(), atol=2e-5, label=f"W={width} G={groups} tp=8")
 
 
@@ -76,6 +78,8 @@ def test_tp8_per_device_memory_is_well_below_single_device(upstream_2b):
     shape = (1, 16, 2, 16, 16)
     one = ct.wrap(upstream_2b, mesh="dp=1,tp=1").lower_decode(shape).compile().memory_analysis()
     eight = ct.wrap(upstream_2b, mesh="dp=1,tp=8").lower_decode(shape).compile().memory_analysis()
-    print(f"[memory] 2b decode {shape}: temp per device 1 device {one.temp_size_in_bytes / 2**20:.1f} MiB, "
-          f"tp=8 {eight.temp_size_in_bytes / 2**20:.1f} MiB")
+    print(
+        f"[memory] 2b decode {shape}: temp per device 1 device {one.temp_size_in_bytes / 2**20:.1f} MiB, "
+        f"tp=8 {eight.temp_size_in_bytes / 2**20:.1f} MiB"
+    )
     assert eight.temp_size_in_bytes < one.temp_size_in_bytes / 3
