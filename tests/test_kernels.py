@@ -180,9 +180,7 @@ def test_conv_bf16_rounds_once_like_torch():
     two_step = conv(jb(x), jb(w), None, **kw) + jb(b).reshape(1, -1, 1, 1, 1)
     two_step = torch.from_numpy(np.asarray(two_step.astype(jnp.float32)))
     rms = lambda a: float((a - exact).pow(2).mean().sqrt())  # noqa: E731
-    print(
-        f"[conv bf16] rms error vs fp32: ours {rms(ours):.3e}, torch {rms(torch_bf16):.3e}, two-step {rms(two_step):.3e}"
-    )
+    print(f"[conv bf16] rms vs fp32: ours {rms(ours):.3e}, torch {rms(torch_bf16):.3e}, two-step {rms(two_step):.3e}")
     assert conv(jb(x), jb(w), jb(b), **kw).dtype == jnp.bfloat16
     assert rms(ours) <= 1.05 * rms(torch_bf16)
     assert rms(two_step) > 1.3 * rms(ours)
