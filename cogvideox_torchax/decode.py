@@ -1,25 +1,25 @@
-"""``python -m cogvideox_torchax.decode LATENTS``: decode latents to frames.
+"""``python -m cogvideox_torchax.decode LATENTS``: decode latents to a video.
 
-A thin command line over the library. Latents are read from a safetensors
-file in the layout `vae.decode` takes, ``(B, C, T, H, W)``, already divided by
-the scaling factor. The decoded video is written as raw frames (``.npy`` or
-``.safetensors``, float, ``(B, 3, F, 8H, 8W)``); a timing summary follows.
+A thin command line over the library. Latents come from a safetensors file,
+in ``(B, C, T, H, W)`` (as ``vae.decode`` takes them) or ``(B, T, C, H, W)``
+(as ``CogVideoXPipeline(output_type="latent")`` returns them), and are
+divided by the model's scaling factor unless ``--no-unscale``. The video is
+written as H.264 ``.mp4``, a folder of PNG frames (an output name without a
+suffix), or raw float frames (``.npy`` / ``.safetensors``); one output per
+video of the batch. Bad input is one line on stderr, exit code 2, and no
+output file.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 RANDOM_PREFIX = "random:"
-OUTPUT_SUFFIXES = (".npy", ".safetensors")
 
 
 class UsageError(Exception):
@@ -27,9 +27,24 @@ class UsageError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m cogvideox_torchax.decode", description=__doc__.splitlines()[0])
-    p.add_argument("latents", help="safetensors file holding the latents (B, C, T, H, W)")
+    p = argparse.ArgumentParser(
+        prog="python -m cogvideox_torchax.decode",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    p.add_argument("latents", help="safetensors file holding the latents")
     p.add_argument("--key", help="tensor to decode when the file holds several")
+    p.add_argument(
+        "--layout",
+        default="auto",
+        choices=("auto", "BCTHW", "BTCHW"),
+        help="latent layout; auto detects it from the model's latent channel count",
+    )
+    p.add_argument(
+        "--no-unscale",
+        dest="unscale",
+        action="store_false",
+        help="latents are already divided by config.scaling_factor (default: divide, as the pipeline does)",
+    )
     p.add_argument(
         "--model",
         default="THUDM/CogVideoX-2b",
@@ -40,47 +55,34 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (fp32/bf16)")
     p.add_argument("--mesh", default=None, help="device mesh, e.g. dp=1,tp=8 (default: all devices on tp)")
     p.add_argument("--seed", type=int, default=0, help="seed for random: models")
-    p.add_argument("--output", "-o", required=True, help="output file: .npy or .safetensors")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    p.add_argument(
+        "--output",
+        "-o",
+        required=True,
+        help="out.mp4, out.npy, out.safetensors, or a folder name for PNG frames; batch > 1 writes out_0.mp4, ...",
+    )
+    p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate (default 8, as CogVideoX-2b)")
+    p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--compile-cache", default=None, metavar="DIR", help="persistent compilation cache folder")
+    p.add_argument("--no-compile-cache", action="store_true", help="do not read or write the compilation cache")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
 
-def _read_latents(path: Path, key: str | None) -> np.ndarray:
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+def _check_args(args: argparse.Namespace) -> None:
+    from cogvideox_torchax.config import canonical_dtype
 
-    if not path.is_file():
-        raise UsageError(f"no such latents file: {str(path)!r}")
     try:
-        tensors = load_file(path)
-    except (SafetensorError, OSError, ValueError) as e:
-        raise UsageError(f"{str(path)!r} is not a readable safetensors file: {e}") from e
-    if not tensors:
-        raise UsageError(f"{str(path)!r} holds no tensors")
-    if key is None:
-        if len(tensors) > 1:
-            raise UsageError(f"{str(path)!r} holds several tensors; pick one with --key: {', '.join(sorted(tensors))}")
-        (z,) = tensors.values()
-    elif key not in tensors:
-        raise UsageError(f"no tensor {key!r} in {str(path)!r}; keys: {', '.join(sorted(tensors))}")
-    else:
-        z = tensors[key]
-    if not np.isfinite(z.astype(np.float32)).all():
-        raise UsageError(f"latents in {str(path)!r} contain NaN or Inf")
-    return z
-
-
-def _check_output(path: Path, overwrite: bool) -> None:
-    if path.suffix not in OUTPUT_SUFFIXES:
-        raise UsageError(f"unknown output extension {path.suffix!r}; use one of {', '.join(OUTPUT_SUFFIXES)}")
-    if path.exists() and not overwrite:
-        raise UsageError(f"output {str(path)!r} exists; pass --overwrite to replace it")
-    if not path.parent.is_dir():
-        raise UsageError(f"output folder {str(path.parent)!r} does not exist")
-    if not os.access(path.parent, os.W_OK):
-        raise UsageError(f"output folder {str(path.parent)!r} is not writable")
+        canonical_dtype(args.dtype)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if not args.fps > 0:
+        raise UsageError(f"--fps must be positive, got {args.fps}")
+    if not 0 <= args.crf <= 51:
+        raise UsageError(f"--crf must be between 0 and 51, got {args.crf}")
 
 
 def _load_model(args: argparse.Namespace):
@@ -99,94 +101,141 @@ def _load_model(args: argparse.Namespace):
     return ct.from_pretrained(args.model, subfolder=subfolder, dtype=args.dtype, mesh=args.mesh)
 
 
-def _write(path: Path, frames: np.ndarray) -> None:
-    # Written beside the destination and renamed: a failed or interrupted run
-    # never leaves a half-written output.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        if path.suffix == ".npy":
-            np.save(tmp, frames)
-        else:
-            from safetensors.numpy import save_file
+class _Stage:
+    """One progress bar per stage on stderr (nothing when quiet); times the stage."""
 
-            save_file({"video": np.ascontiguousarray(frames)}, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    def __init__(self, name: str, total: int, unit: str, quiet: bool):
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, desc=f"{name:<8}", unit=unit, disable=quiet, file=sys.stderr, leave=True)
+        self._t0 = time.perf_counter()
+        self.seconds = 0.0
+
+    def tick(self, n: int = 1) -> None:
+        self._bar.update(n)
+
+    def __enter__(self) -> _Stage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self._t0
+        self._bar.close()
 
 
-def run(args: argparse.Namespace) -> dict:
-    """Decodes as the parsed arguments say and returns the timing summary."""
-    from cogvideox_torchax.config import canonical_dtype
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Decodes as the parsed arguments say and returns the summary."""
+    from cogvideox_torchax import compile_cache, latents, video
 
-    output = Path(args.output)
-    _check_output(output, args.overwrite)
-    try:
-        canonical_dtype(args.dtype)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
-    z = _read_latents(Path(args.latents), args.key)
+    _check_args(args)
+    kind = video.output_kind(args.output)
+    z = latents.read_latents(args.latents, args.key)
+    latents.check_shape(z.shape)
+    outputs = video.output_paths(Path(args.output), z.shape[0])
+    video.check_outputs(outputs, args.overwrite)
 
     import jax
+    import numpy as np
 
-    t0 = time.perf_counter()
-    vae = _load_model(args)
-    try:
-        vae.check_latents(z.shape)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
-    t1 = time.perf_counter()
-    vae.compile_decode(z.shape)
-    t2 = time.perf_counter()
-    video = jax.block_until_ready(vae.decode_jax(z))
-    t3 = time.perf_counter()
-    frames = np.asarray(video.astype(jax.numpy.float32))
-    _write(output, frames)
-    t4 = time.perf_counter()
-    n_frames = frames.shape[0] * frames.shape[2]
+    if args.no_compile_cache:
+        cache_dir = None
+        compile_cache.disable_compile_cache()
+    else:
+        cache_dir = compile_cache.enable_compile_cache(args.compile_cache)
+
+    with _Stage("load", 1, "model", args.quiet) as load:
+        vae = _load_model(args)
+        jax.block_until_ready(vae.weights)
+        load.tick()
+    config = vae.config
+    z, layout = latents.prepare(
+        z, config.latent_channels, config.scaling_factor, layout=args.layout, unscale=args.unscale
+    )
+    vae.check_latents(z.shape)
+
+    with _Stage("compile", 1, "program", args.quiet) as compile_stage:
+        with compile_cache.count_cache_events() as cache_events:
+            vae.compile_decode(z.shape)
+        compile_stage.tick()
+
+    batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
+    with _Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
+        # One compiled program decodes the whole batch; the bar completes
+        # when it returns.
+        decoded = jax.block_until_ready(vae.decode_jax(z))
+        decode.tick(batch * frames_per_video)
+    host = np.asarray(decoded.astype(jax.numpy.float32))
+
+    per_video = 1 if kind in ("npy", "safetensors") else frames_per_video
+    with _Stage("write", batch * per_video, "frame" if per_video > 1 else "file", args.quiet) as write:
+        for path, one in zip(outputs, host, strict=True):
+            video.write_video(path, one, fps=args.fps, crf=args.crf, tick=write.tick)
+
     return {
-        "output": str(output),
+        "outputs": [str(p) for p in outputs],
+        "kind": kind,
         "latents_shape": list(z.shape),
-        "video_shape": list(frames.shape),
+        "layout": layout,
+        "unscaled": bool(args.unscale),
+        "video_shape": list(host.shape),
         "dtype": vae.options.dtype,
         "mesh": dict(vae.mesh.shape),
-        "device": str(jax.devices()[0].device_kind),
-        "load_s": round(t1 - t0, 3),
-        "compile_s": round(t2 - t1, 3),
-        "decode_s": round(t3 - t2, 3),
-        "write_s": round(t4 - t3, 3),
-        "frames_per_s": round(n_frames / (t3 - t2), 3),
+        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+        "load_s": round(load.seconds, 3),
+        "compile_s": round(compile_stage.seconds, 3),
+        "compile_cache": cache_events.status if cache_dir else "off",
+        "compile_cache_dir": str(cache_dir) if cache_dir else None,
+        "decode_s": round(decode.seconds, 3),
+        "write_s": round(write.seconds, 3),
+        "frames_per_s": round(batch * frames_per_video / decode.seconds, 3),
     }
 
 
+def _frame_count(latent_frames: int) -> int:
+    # Upstream's decoder turns 1 latent frame into 1, each later pair into 8,
+    # and a leading odd batch of 3 into 9: 1 -> 1, even T -> 4T, odd T -> 4T-3.
+    if latent_frames == 1:
+        return 1
+    return 4 * latent_frames if latent_frames % 2 == 0 else 4 * latent_frames - 3
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    print(
+        f"decoded {s['latents_shape']} ({s['layout']}, {'unscaled' if s['unscaled'] else 'as given'}) -> "
+        f"{s['video_shape']} ({s['dtype']}, mesh {s['mesh']}, {s['device']})"
+    )
+    print(
+        f"  load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s (cache {s['compile_cache']}) | "
+        f"decode {s['decode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | write {s['write_s']:.2f} s"
+    )
+    for path in s["outputs"]:
+        print(f"  wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Runs the command line; returns the exit code (0, 1 internal error, 2 bad input, 130 interrupted)."""
     args = _parser().parse_args(argv)
     try:
         summary = run(args)
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return 130
     except Exception as e:  # one line for the user; the traceback with --debug
         if args.debug:
             raise
-        from cogvideox_torchax.loading import ModelLoadError
-
-        known = isinstance(e, (UsageError, ModelLoadError, ValueError))
-        print(f"error: {e}" if known else f"error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2 if known else 1
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2 if isinstance(e, (UsageError, ValueError)) else 1
     if args.json:
         print(json.dumps(summary))
-    else:
-        print(
-            f"decoded {summary['latents_shape']} -> {summary['video_shape']} ({summary['dtype']}, "
-            f"mesh {summary['mesh']}, {summary['device']})"
-        )
-        print(
-            f"  load {summary['load_s']:.2f} s | compile {summary['compile_s']:.2f} s | "
-            f"decode {summary['decode_s']:.2f} s ({summary['frames_per_s']:.2f} frames/s) | "
-            f"write {summary['write_s']:.2f} s"
-        )
-        print(f"  wrote {summary['output']}")
+    elif not args.quiet:
+        _print_summary(summary)
     return 0
+
+
+def _one_line(e: BaseException) -> str:
+    # ModelLoadError, LatentsError and OutputError are ValueErrors with a
+    # message written for the user; anything else is ours and says its type.
+    text = " ".join(str(e).split())
+    return text if isinstance(e, (UsageError, ValueError)) else f"{type(e).__name__}: {text}"
 
 
 if __name__ == "__main__":

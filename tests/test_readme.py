@@ -1,4 +1,4 @@
-"""The README's install and test commands are what CI runs."""
+"""The README's install, run and test commands are what CI runs."""
 
 import pathlib
 import re
@@ -15,7 +15,7 @@ def _section_commands(readme: str, heading: str) -> list[str]:
 def test_ci_runs_the_readme_commands():
     readme = (ROOT / "README.md").read_text()
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
-    for heading in ("Install", "Test"):
+    for heading in ("Install", "Run", "Test"):
         commands = _section_commands(readme, heading)
         assert commands, heading
         for command in commands:

@@ -1,0 +1,139 @@
+"""Reading latents from safetensors files and bringing them to `decode`'s form.
+
+People hold latents in two layouts: ``(B, C, T, H, W)`` as ``vae.decode``
+takes them, and ``(B, T, C, H, W)`` as ``CogVideoXPipeline(...,
+output_type="latent")`` returns them. Pipeline latents are also still
+multiplied by ``config.scaling_factor``; the pipeline divides before it
+decodes, and so does `prepare` unless told the latents are already unscaled.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+LAYOUTS = ("auto", "BCTHW", "BTCHW")
+
+
+class LatentsError(ValueError):
+    """Latents that cannot be read or decoded; the message says why."""
+
+
+def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
+    """Reads one tensor from a safetensors file as float32.
+
+    fp16, bf16 and fp32 tensors are accepted (bf16 through torch, which numpy
+    cannot represent); the values are widened exactly.
+
+    Args:
+        path: the safetensors file.
+        key: which tensor, when the file holds several.
+
+    Raises:
+        LatentsError: missing or unreadable file, no tensors, several and no
+            ``key``, an unknown ``key``, a non-float tensor, NaN or Inf.
+    """
+    import torch
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise LatentsError(f"no such latents file: {str(path)!r}")
+    try:
+        with safe_open(path, framework="pt") as f:
+            keys = sorted(f.keys())
+            if not keys:
+                raise LatentsError(f"{str(path)!r} holds no tensors")
+            if key is None:
+                if len(keys) > 1:
+                    raise LatentsError(f"{str(path)!r} holds several tensors; pick one with --key: {', '.join(keys)}")
+                key = keys[0]
+            elif key not in keys:
+                raise LatentsError(f"no tensor {key!r} in {str(path)!r}; keys: {', '.join(keys)}")
+            tensor = f.get_tensor(key)
+    except LatentsError:
+        raise
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise LatentsError(f"{str(path)!r} is not a readable safetensors file: {e}") from e
+    if not tensor.is_floating_point():
+        raise LatentsError(f"latents {key!r} in {str(path)!r} are {tensor.dtype}, not floating point")
+    z = tensor.to(torch.float32).numpy()
+    if not np.isfinite(z).all():
+        raise LatentsError(f"latents {key!r} in {str(path)!r} contain NaN or Inf")
+    return z
+
+
+def check_shape(shape: tuple[int, ...]) -> None:
+    """Raises `LatentsError` unless ``shape`` is 5-D with no empty dimension."""
+    shape = tuple(shape)
+    if len(shape) != 5:
+        raise LatentsError(f"latents must be 5-D, (B, C, T, H, W) or (B, T, C, H, W); got shape {shape}")
+    if min(shape) < 1:
+        raise LatentsError(f"latents have an empty dimension: shape {shape}")
+
+
+def detect_layout(shape: tuple[int, ...], latent_channels: int, layout: str = "auto") -> str:
+    """Which layout a 5-D latent shape is in, from the model's channel count.
+
+    Args:
+        shape: the latents' shape.
+        latent_channels: the model's ``config.latent_channels``.
+        layout: ``"auto"``, or ``"BCTHW"`` / ``"BTCHW"`` to insist.
+
+    Returns:
+        ``"BCTHW"`` or ``"BTCHW"``.
+
+    Raises:
+        LatentsError: not 5-D, an empty dimension, no dimension matching the
+            channel count, or both matching under ``"auto"`` (ambiguous).
+    """
+    if layout not in LAYOUTS:
+        raise LatentsError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    shape = tuple(shape)
+    check_shape(shape)
+    c_first, c_second = shape[1] == latent_channels, shape[2] == latent_channels
+    if layout == "BCTHW" and not c_first:
+        raise LatentsError(f"layout BCTHW needs {latent_channels} channels in dim 1; got shape {shape}")
+    if layout == "BTCHW" and not c_second:
+        raise LatentsError(f"layout BTCHW needs {latent_channels} channels in dim 2; got shape {shape}")
+    if layout != "auto":
+        return layout
+    if c_first and c_second:
+        raise LatentsError(
+            f"latents shape {shape} is ambiguous: dims 1 and 2 both equal the model's {latent_channels} "
+            "channels; pass --layout BCTHW or --layout BTCHW"
+        )
+    if not (c_first or c_second):
+        raise LatentsError(
+            f"latents shape {shape} has no dimension with the model's {latent_channels} channels "
+            "(expected (B, C, T, H, W) or (B, T, C, H, W))"
+        )
+    return "BCTHW" if c_first else "BTCHW"
+
+
+def prepare(
+    z: np.ndarray, latent_channels: int, scaling_factor: float, *, layout: str = "auto", unscale: bool = True
+) -> tuple[np.ndarray, str]:
+    """Latents in either layout → ``(B, C, T, H, W)`` as `decode` takes them.
+
+    Args:
+        z: latents, 5-D.
+        latent_channels: the model's ``config.latent_channels``.
+        scaling_factor: the model's ``config.scaling_factor``.
+        layout: as `detect_layout`.
+        unscale: divide by ``scaling_factor`` as the pipeline does before
+            decoding; False for latents already divided.
+
+    Returns:
+        The latents ready for `TorchaxVAE.decode`, and the layout they came in.
+    """
+    found = detect_layout(z.shape, latent_channels, layout)
+    if found == "BTCHW":
+        z = np.transpose(z, (0, 2, 1, 3, 4))
+    z = np.ascontiguousarray(z, dtype=np.float32)
+    if unscale:
+        # As the pipeline writes it: latents * (1 / scaling_factor).
+        z = z * np.float32(1.0 / scaling_factor)
+    return z, found
