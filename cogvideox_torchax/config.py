@@ -54,6 +54,11 @@ class RuntimeOptions:
         conv_bias: add convolution biases inside the fp32 accumulator and
             round once, as torch's bf16 convolutions do (`kernels.conv`);
             torchax's lowering rounds the convolution and then the add.
+        trim_conv_cache: time-kernel-1 causal convs return no conv cache
+            (upstream returns, and never reads, their whole input).
+        frame_scan: decode the frame batches after the first with one
+            `jax.lax.scan` (compile time independent of length); False keeps
+            upstream's loop, unrolled into the jit. Needs ``trim_conv_cache``.
         chunk_free_conv: run `CogVideoXSafeConv3d` as one convolution instead
             of upstream's memory-size chunking.
         shard_activations: constrain activations to split width over ``tp``
@@ -64,14 +69,26 @@ class RuntimeOptions:
     group_norm: bool = True
     silu: bool = True
     conv_bias: bool = True
+    trim_conv_cache: bool = True
+    frame_scan: bool = True
     chunk_free_conv: bool = True
     shard_activations: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
-        for name in ("group_norm", "silu", "conv_bias", "chunk_free_conv", "shard_activations"):
+        for name in (
+            "group_norm",
+            "silu",
+            "conv_bias",
+            "trim_conv_cache",
+            "frame_scan",
+            "chunk_free_conv",
+            "shard_activations",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.frame_scan and not self.trim_conv_cache:
+            raise ValueError("frame_scan=True needs trim_conv_cache=True (the scan carry must keep one shape)")
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -149,6 +149,36 @@ def apply_conv_bias(vae: torch.nn.Module) -> int:
     )
 
 
+class CachelessCausalConv3d(CogVideoXCausalConv3d):
+    """A `CogVideoXCausalConv3d` with a time kernel of 1, returning no cache.
+
+    Upstream returns ``inputs[:, :, -kernel + 1:]`` as the cache, which for a
+    kernel of 1 is the *whole* input (``-0:``), and never reads it back (only
+    kernels > 1 prepend a cache). SpatialNorm's ``conv_y``/``conv_b`` are such
+    convs: for 49 frames at 480x720 their caches alone were 10 GB. Returning
+    None instead changes no result and gives later frame batches a cache of
+    the same shape as the first's, which a scan carry needs.
+    """
+
+    def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
+        output, _ = super().forward(inputs, conv_cache)
+        return output, None
+
+
+def apply_conv_cache_trim(vae: torch.nn.Module) -> int:
+    """Makes every time-kernel-1 `CogVideoXCausalConv3d` a `CachelessCausalConv3d`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    count = 0
+    for module in vae.modules():
+        if type(module) is CogVideoXCausalConv3d and module.time_kernel_size == 1:
+            module.__class__ = CachelessCausalConv3d
+            count += 1
+    return count
+
+
 def apply_group_norm(vae: torch.nn.Module) -> int:
     """Makes every `nn.GroupNorm` in ``vae`` a `JaxGroupNorm`.
 

@@ -13,7 +13,7 @@ from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput
 from jax.sharding import Mesh
 
-from cogvideox_torchax import patches, sharding
+from cogvideox_torchax import frame_scan, patches, sharding
 from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.config import RuntimeOptions
 
@@ -75,6 +75,10 @@ class TorchaxVAE:
             patches.apply_silu(module)
         if options.conv_bias:
             patches.apply_conv_bias(module)
+        if options.trim_conv_cache:
+            patches.apply_conv_cache_trim(module)
+        if options.frame_scan:
+            frame_scan.apply_frame_scan(module)
         patches.apply_width_sharding(module, mesh if options.shard_activations else None)
         self._module = module
         self._jittable = interop.JittableModule(module)

@@ -15,7 +15,8 @@ def _latents(shape, seed=0):
 
 
 # Frame counts exercise upstream's batching: 1 alone, even counts in pairs,
-# odd counts with the remainder in the first batch (13 -> 3 + 5 x 2).
+# odd counts with the remainder in the first batch (13 -> 3 + 5 x 2). From 4
+# frames on, the batches after the first run as one scan (frame_scan.py).
 @pytest.mark.parametrize(
     "shape",
     [
@@ -24,6 +25,7 @@ def _latents(shape, seed=0):
         (1, 4, 3, 4, 4),
         (1, 4, 4, 4, 4),
         (1, 4, 5, 4, 4),
+        (1, 4, 9, 2, 3),
         (1, 4, 13, 2, 2),
         (2, 4, 3, 4, 4),  # batch 2
         (1, 4, 3, 3, 7),  # non-square, odd sizes

@@ -7,7 +7,7 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafeConv3d
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import patches
+from cogvideox_torchax import frame_scan, patches
 from cogvideox_torchax._torch_compat import import_torchax
 from tests.conftest import upstream_decode
 from tests.parity import assert_close
@@ -25,7 +25,15 @@ def _keys_and_shapes(m):
 
 
 @pytest.mark.parametrize(
-    "apply", [patches.apply_safe_conv, patches.apply_group_norm, patches.apply_silu, patches.apply_conv_bias]
+    "apply",
+    [
+        patches.apply_safe_conv,
+        patches.apply_group_norm,
+        patches.apply_silu,
+        patches.apply_conv_bias,
+        patches.apply_conv_cache_trim,
+        frame_scan.apply_frame_scan,
+    ],
 )
 def test_class_patches_are_idempotent_and_keep_eager_results(fresh, apply):
     z = torch.randn(1, 4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
