@@ -66,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     p.add_argument("--compile-cache", default=None, metavar="DIR", help="persistent compilation cache folder")
     p.add_argument("--no-compile-cache", action="store_true", help="do not read or write the compilation cache")
+    p.add_argument(
+        "--memory-report",
+        action="store_true",
+        help="print live device memory after each stage (also $COGVIDEOX_TORCHAX_MEMORY_REPORT=1)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -124,9 +129,10 @@ class _Stage:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Decodes as the parsed arguments say and returns the summary."""
-    from cogvideox_torchax import compile_cache, latents, video
+    from cogvideox_torchax import compile_cache, latents, memory, video
 
     _check_args(args)
+    show_memory = args.memory_report or memory.enabled_by_env()
     kind = video.output_kind(args.output)
     z = latents.read_latents(args.latents, args.key)
     latents.check_shape(z.shape)
@@ -146,6 +152,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         vae = _load_model(args)
         jax.block_until_ready(vae.weights)
         load.tick()
+    if show_memory:
+        memory.report("load")
     config = vae.config
     z, layout = latents.prepare(
         z, config.latent_channels, config.scaling_factor, layout=args.layout, unscale=args.unscale
@@ -156,6 +164,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with compile_cache.count_cache_events() as cache_events:
             vae.compile_decode(z.shape)
         compile_stage.tick()
+    if show_memory:
+        memory.report("compile")
 
     batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
     with _Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
@@ -163,12 +173,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # when it returns.
         decoded = jax.block_until_ready(vae.decode_jax(z))
         decode.tick(batch * frames_per_video)
+    if show_memory:
+        memory.report("decode")
     host = np.asarray(decoded.astype(jax.numpy.float32))
+    del decoded
 
     per_video = 1 if kind in ("npy", "safetensors") else frames_per_video
     with _Stage("write", batch * per_video, "frame" if per_video > 1 else "file", args.quiet) as write:
         for path, one in zip(outputs, host, strict=True):
             video.write_video(path, one, fps=args.fps, crf=args.crf, tick=write.tick)
+    if show_memory:
+        memory.report("write")
 
     return {
         "outputs": [str(p) for p in outputs],

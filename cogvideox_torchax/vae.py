@@ -201,6 +201,26 @@ class TorchaxVAE:
             self._executables[shape] = self.lower_decode(shape).compile()
         return self._executables[shape]
 
+    def clear_compiled(self, *, jax_caches: bool = False) -> None:
+        """Drops this VAE's compiled programs (one is kept per latent shape).
+
+        Decoding many different shapes in one long process keeps one
+        executable each, in host memory, until this is called. Device memory
+        does not grow with repeated decodes of a shape (each call's
+        temporaries are freed when it returns); the weights stay until the
+        VAE itself is dropped.
+
+        Args:
+            jax_caches: also call `jax.clear_caches()`, which empties JAX's
+                process-wide tracing and compilation caches (every jitted
+                function in the process recompiles on its next call). Needed
+                only to release what other jitted code compiled, e.g. after
+                deleting a VAE built with different options.
+        """
+        self._executables.clear()
+        if jax_caches:
+            jax.clear_caches()
+
     def __repr__(self) -> str:
         mesh = ",".join(f"{k}={v}" for k, v in self._mesh.shape.items())
         return f"TorchaxVAE(dtype={self._options.dtype}, mesh={mesh}, latent_channels={self.config.latent_channels})"

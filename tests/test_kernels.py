@@ -176,9 +176,9 @@ def test_conv_bf16_rounds_once_like_torch():
     exact = torch.nn.functional.conv3d(bf(x).float(), bf(w).float(), bf(b).float(), **kw)
     torch_bf16 = torch.nn.functional.conv3d(bf(x), bf(w), bf(b), **kw).float()
     jb = lambda a: jnp.asarray(a, jnp.bfloat16)  # noqa: E731
-    ours = torch.from_numpy(np.asarray(conv(jb(x), jb(w), jb(b), **kw).astype(jnp.float32)))
+    ours = torch.from_numpy(np.array(conv(jb(x), jb(w), jb(b), **kw).astype(jnp.float32)))
     two_step = conv(jb(x), jb(w), None, **kw) + jb(b).reshape(1, -1, 1, 1, 1)
-    two_step = torch.from_numpy(np.asarray(two_step.astype(jnp.float32)))
+    two_step = torch.from_numpy(np.array(two_step.astype(jnp.float32)))
     rms = lambda a: float((a - exact).pow(2).mean().sqrt())  # noqa: E731
     print(f"[conv bf16] rms vs fp32: ours {rms(ours):.3e}, torch {rms(torch_bf16):.3e}, two-step {rms(two_step):.3e}")
     assert conv(jb(x), jb(w), jb(b), **kw).dtype == jnp.bfloat16
