@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3, help="steady-state calls per system (median reported)")
     p.add_argument("--seed", type=int, default=0, help="seed for random weights and latents")
     p.add_argument("--compile-only", action="store_true", help="compile ours and report memory; run nothing")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=BOOL",
+        help="a RuntimeOptions switch for ours, e.g. frame_scan=false (repeatable)",
+    )
     p.add_argument("--cpu-memory-scheduler", action="store_true", help="XLA:CPU memory-optimized scheduler")
     p.add_argument("--no-reference", action="store_true", help="skip the upstream fp32 reference (no errors)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -97,8 +104,15 @@ def bench_torchax(upstream, z, args) -> dict[str, Any]:
 
     import cogvideox_torchax as ct
 
+    switches = {}
+    for item in args.option:
+        name, _, value = item.partition("=")
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise SystemExit(f"error: --option {item!r}: expected NAME=true|false")
+        switches[name] = value.lower() in ("true", "1")
+    options = ct.RuntimeOptions(dtype=args.dtype, **switches)
     t0 = time.perf_counter()
-    vae = ct.wrap(upstream, dtype=args.dtype, mesh=args.mesh)
+    vae = ct.wrap(upstream, mesh=args.mesh, options=options)
     jax.block_until_ready(vae.weights)
     t1 = time.perf_counter()
     compiled = vae.compile_decode(tuple(z.shape))
@@ -185,6 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "latents": list(shape),
         "dtype": dtype,
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "options": args.option,
         "systems": {},
     }
     reference = None

@@ -54,6 +54,9 @@ class RuntimeOptions:
         conv_bias: add convolution biases inside the fp32 accumulator and
             round once, as torch's bf16 convolutions do (`kernels.conv`);
             torchax's lowering rounds the convolution and then the add.
+        nearest_upsample: ``F.interpolate(mode="nearest")`` by
+            `kernels.upsample.nearest`, in the activation dtype (torchax's
+            fallback gathers from an fp32 copy).
         trim_conv_cache: time-kernel-1 causal convs return no conv cache
             (upstream returns, and never reads, their whole input).
         frame_scan: decode the frame batches after the first with one
@@ -69,6 +72,7 @@ class RuntimeOptions:
     group_norm: bool = True
     silu: bool = True
     conv_bias: bool = True
+    nearest_upsample: bool = True
     trim_conv_cache: bool = True
     frame_scan: bool = True
     chunk_free_conv: bool = True
@@ -80,6 +84,7 @@ class RuntimeOptions:
             "group_norm",
             "silu",
             "conv_bias",
+            "nearest_upsample",
             "trim_conv_cache",
             "frame_scan",
             "chunk_free_conv",

@@ -9,7 +9,10 @@ engage for torchax tensors, i.e. inside our jitted decode.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -29,6 +32,7 @@ from torchax import interop  # noqa: E402  (torchax must come through the shim)
 from kernels.conv import conv  # noqa: E402
 from kernels.group_norm import group_norm  # noqa: E402
 from kernels.silu import silu  # noqa: E402
+from kernels.upsample import nearest  # noqa: E402
 
 
 def _is_torchax(x: Any) -> bool:
@@ -195,6 +199,52 @@ def apply_silu(vae: torch.nn.Module) -> int:
         How many modules changed in this call (0 on a second call).
     """
     return _swap_class(vae, torch.nn.SiLU, JaxSiLU)
+
+
+def _nearest_interpolate(
+    input,
+    size=None,
+    scale_factor=None,
+    mode="nearest",
+    align_corners=None,
+    recompute_scale_factor=None,
+    antialias=False,
+):
+    """`F.interpolate` for ``mode="nearest"`` by `kernels.upsample.nearest`; other modes go to torchax as before."""
+    if mode != "nearest" or antialias or not _is_torchax(input):
+        raise torchax.tensor.OperatorNotFound("not nearest: torchax's own path")  # torchax falls back
+    spatial = input.ndim - 2
+    if size is not None:
+        out_size = (int(size),) * spatial if isinstance(size, int) else tuple(int(v) for v in size)
+        factors = None
+    else:
+        sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (float(scale_factor),) * spatial
+        # As F.interpolate: floor(in * factor), and the factor itself decides
+        # the index rounding unless recompute_scale_factor asks otherwise.
+        out_size = tuple(int(math.floor(float(n) * f)) for n, f in zip(input.shape[2:], sf, strict=True))
+        factors = None if recompute_scale_factor else sf
+    fn = functools.partial(nearest, out_size=out_size, scale_factors=factors)
+    return interop.torch_view(fn)(input)
+
+
+@contextlib.contextmanager
+def nearest_interpolation(env: Any) -> Iterator[None]:
+    """Within the block, ``F.interpolate(mode="nearest")`` on torchax tensors stays in the input dtype.
+
+    `F.interpolate` is a function, not a module, so this patch is scoped to
+    a block (our traced decode) rather than applied to a module: torchax's
+    environment ``env`` gets an override for the block's duration only.
+    """
+    key = torch.nn.functional.interpolate
+    previous = env._ops.get(key)
+    env.override_op_definition(key, _nearest_interpolate)
+    try:
+        yield
+    finally:
+        if previous is None:
+            env._ops.pop(key, None)
+        else:
+            env._ops[key] = previous
 
 
 # Activations are constrained where they are produced: every causal conv (the

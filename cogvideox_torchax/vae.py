@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -97,7 +98,8 @@ class TorchaxVAE:
 
     def _decode_pure(self, weights: dict[str, jax.Array], z: jax.Array) -> jax.Array:
         env = torchax.default_env()
-        with env, torch.no_grad():
+        nearest = patches.nearest_interpolation(env) if self._options.nearest_upsample else contextlib.nullcontext()
+        with env, torch.no_grad(), nearest:
             weights_t, z_t = env.j2t_iso((weights, z))
             (sample,) = self._jittable.functional_call("decode", weights_t, {}, z_t, return_dict=False)
         return env.t2j_iso(sample)

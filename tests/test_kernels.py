@@ -204,3 +204,29 @@ def test_conv_bad_shapes_are_named(kwargs, match):
     b = jnp.zeros(kwargs.get("bshape", (4,)))
     with pytest.raises(ValueError, match=match):
         conv(x, w, b, stride=(1, 1), padding=(0, 0), dilation=(1, 1))
+
+
+@pytest.mark.parametrize(
+    "shape,kwargs",
+    [
+        ((1, 3, 4, 5), dict(scale_factor=2.0)),  # the upsamplers, 2-D
+        ((1, 3, 2, 4, 5), dict(scale_factor=2.0)),  # the upsamplers, 3-D (time too)
+        ((1, 4, 2, 3, 3), dict(size=(4, 12, 12))),  # SpatialNorm: latent to activation size
+        ((1, 4, 3, 3, 5), dict(size=(5, 7, 11))),  # non-integer ratios: a take, not a repeat
+        ((2, 2, 6, 7), dict(size=(3, 4))),  # downsizing
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nearest_matches_torch_interpolate(shape, kwargs, dtype):
+    from kernels.upsample import nearest, nearest_reference
+
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(dtype)
+    expected = torch.nn.functional.interpolate(x, **kwargs)
+    xj = jnp.asarray(x.float().numpy(), jnp.bfloat16 if dtype == torch.bfloat16 else jnp.float32)
+    factors = [kwargs["scale_factor"]] * (len(shape) - 2) if "scale_factor" in kwargs else None
+    got = nearest(xj, expected.shape[2:], factors)
+    assert got.dtype == xj.dtype
+    # Nearest only copies values: exactly equal.
+    np.testing.assert_array_equal(np.asarray(got.astype(jnp.float32)), expected.float().numpy())
+    ref = nearest_reference(xj, expected.shape[2:], factors)
+    np.testing.assert_array_equal(np.asarray(ref.astype(jnp.float32)), expected.float().numpy())

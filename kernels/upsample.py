@@ -1,0 +1,71 @@
+"""Nearest-neighbour resize in the input's dtype, as `F.interpolate(mode="nearest")`.
+
+torchax has no JAX lowering for nearest interpolation and falls back to
+torch's decomposition, which gathers from an fp32 upcast of the input: in a
+bf16 decode every upsampler and every SpatialNorm materialised a full-size
+fp32 copy. Nearest resizing only copies values, so nothing needs fp32: the
+source index of each output position is computed on the host (shapes are
+static) exactly as torch computes it, and an integer ratio becomes a
+broadcast (``jnp.repeat``), anything else a take along the axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def nearest_indices(in_size: int, out_size: int, scale_factor: float | None = None) -> np.ndarray:
+    """Source index of every output position along one axis, as torch's legacy ``"nearest"``.
+
+    torch: ``int(float32(i) * scale)`` with ``scale = 1 / scale_factor`` when a
+    scale factor was given, else ``in_size / out_size``; clamped to the input.
+    """
+    scale = 1.0 / scale_factor if scale_factor is not None else in_size / out_size
+    idx = (np.arange(out_size, dtype=np.float32) * np.float32(scale)).astype(np.int64)
+    return np.minimum(idx, in_size - 1)
+
+
+def nearest(
+    x: jax.Array,  # (N, C, *spatial)
+    out_size: Sequence[int],
+    scale_factors: Sequence[float | None] | None = None,
+) -> jax.Array:  # (N, C, *out_size), x.dtype
+    """Nearest-neighbour resize of the spatial dims of ``x`` to ``out_size``.
+
+    Args:
+        x: input, channels second, any dtype.
+        out_size: output size of each spatial dim.
+        scale_factors: per spatial dim, the scale factor the caller gave
+            (it decides torch's index rounding), or None where a size was given.
+
+    Returns:
+        The resized array, in ``x.dtype``.
+    """
+    spatial = x.ndim - 2
+    if len(out_size) != spatial:
+        raise ValueError(f"out_size {tuple(out_size)} must name {spatial} spatial dims of {x.shape}")
+    factors = list(scale_factors) if scale_factors is not None else [None] * spatial
+    for d, (size, factor) in enumerate(zip(out_size, factors, strict=True)):
+        axis = 2 + d
+        idx = nearest_indices(x.shape[axis], size, factor)
+        ratio = size // x.shape[axis]
+        if ratio >= 1 and ratio * x.shape[axis] == size and np.array_equal(idx, np.arange(size) // ratio):
+            x = jnp.repeat(x, ratio, axis=axis) if ratio > 1 else x
+        else:
+            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis)
+    return x
+
+
+def nearest_reference(x: jax.Array, out_size: Sequence[int], scale_factors=None) -> jax.Array:
+    """Index arithmetic in fp32 on the device, for checking `nearest`."""
+    factors = list(scale_factors) if scale_factors is not None else [None] * (x.ndim - 2)
+    for d, (size, factor) in enumerate(zip(out_size, factors, strict=True)):
+        in_size = x.shape[2 + d]
+        scale = 1.0 / factor if factor is not None else in_size / size
+        idx = jnp.minimum((jnp.arange(size, dtype=jnp.float32) * scale).astype(jnp.int32), in_size - 1)
+        x = jnp.take(x, idx, axis=2 + d)
+    return x

@@ -1,0 +1,28 @@
+"""The whole bf16 decode, lowered: no activation-sized fp32 value outside a fused computation."""
+
+import math
+
+import cogvideox_torchax as ct
+from tests import hlo
+
+
+def _escapes(options):
+    vae = ct.wrap(ct.random_upstream("tiny", seed=0), mesh="dp=1,tp=1", options=options)
+    shape = (1, 4, 5, 4, 4)  # first batch + one scan step; both upsamplers and every SpatialNorm
+    text = vae.lower_decode(shape).as_text()
+    assert "xbf16>" in text
+    # The smallest activation is the latent itself; anything fp32 that big
+    # must be inside a reduction or an elementwise chain cast back to bf16.
+    return hlo.fp32_escapes(text, min_elements=math.prod(shape))
+
+
+def test_bf16_decode_keeps_no_full_size_fp32():
+    escapes = _escapes(ct.RuntimeOptions(dtype="bfloat16"))
+    assert not escapes, "activation-sized f32 values escape a fused computation:\n" + "\n".join(escapes[:10])
+
+
+def test_the_check_sees_torchax_interpolation_upcast():
+    # Without our nearest kernel, torchax's fallback gathers from an fp32
+    # copy of each upsampled activation; the check must say so.
+    escapes = _escapes(ct.RuntimeOptions(dtype="bfloat16", nearest_upsample=False))
+    assert any("gather" in e for e in escapes), escapes[:5]
