@@ -62,6 +62,9 @@ class RuntimeOptions:
         frame_scan: decode the frame batches after the first with one
             `jax.lax.scan` (compile time independent of length); False keeps
             upstream's loop, unrolled into the jit. Needs ``trim_conv_cache``.
+        tile_batching: when tiling is enabled (`TorchaxVAE.enable_tiling`),
+            decode equal-shape tiles together, one per ``dp`` replica per
+            scan step; False traces upstream's loop, one decoder per tile.
         chunk_free_conv: run `CogVideoXSafeConv3d` as one convolution instead
             of upstream's memory-size chunking.
         shard_activations: constrain activations to split width over ``tp``
@@ -75,6 +78,7 @@ class RuntimeOptions:
     nearest_upsample: bool = True
     trim_conv_cache: bool = True
     frame_scan: bool = True
+    tile_batching: bool = True
     chunk_free_conv: bool = True
     shard_activations: bool = True
 
@@ -87,6 +91,7 @@ class RuntimeOptions:
             "nearest_upsample",
             "trim_conv_cache",
             "frame_scan",
+            "tile_batching",
             "chunk_free_conv",
             "shard_activations",
         ):

@@ -26,8 +26,8 @@ from cogvideox_torchax._torch_compat import import_torchax
 torchax = import_torchax()
 
 
-class FrameScanCogVideoX(AutoencoderKLCogVideoX):
-    """`AutoencoderKLCogVideoX` whose frame-batch loop is a scan under torchax."""
+class FrameScanMixin:
+    """Overrides ``_decode``: the frame-batch loop as a scan under torchax."""
 
     def _decode(self, z: torch.Tensor, return_dict: bool = True):
         batch, channels, num_frames, height, width = z.shape
@@ -69,6 +69,10 @@ class FrameScanCogVideoX(AutoencoderKLCogVideoX):
         return DecoderOutput(sample=dec)
 
 
+class FrameScanCogVideoX(FrameScanMixin, AutoencoderKLCogVideoX):
+    """`AutoencoderKLCogVideoX` whose frame-batch loop is a scan under torchax."""
+
+
 def apply_frame_scan(vae: AutoencoderKLCogVideoX) -> int:
     """Makes ``vae`` decode its later frame batches with one scan.
 
@@ -79,10 +83,16 @@ def apply_frame_scan(vae: AutoencoderKLCogVideoX) -> int:
     Returns:
         1 if ``vae`` changed in this call, 0 if it already scanned.
     """
-    patches.apply_conv_cache_trim(vae)
-    if type(vae) is FrameScanCogVideoX:
-        return 0
-    if type(vae) is not AutoencoderKLCogVideoX:
+    from cogvideox_torchax import tiling  # its classes combine both patches
+
+    swaps = {
+        AutoencoderKLCogVideoX: FrameScanCogVideoX,
+        tiling.BatchedTilesCogVideoX: tiling.BatchedTilesFrameScanCogVideoX,
+    }
+    if not isinstance(vae, AutoencoderKLCogVideoX):
         raise TypeError(f"apply_frame_scan expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
-    vae.__class__ = FrameScanCogVideoX
+    patches.apply_conv_cache_trim(vae)
+    if isinstance(vae, FrameScanMixin):
+        return 0
+    vae.__class__ = swaps[type(vae)]
     return 1

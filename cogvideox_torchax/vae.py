@@ -14,7 +14,7 @@ from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput
 from jax.sharding import Mesh
 
-from cogvideox_torchax import frame_scan, patches, sharding
+from cogvideox_torchax import frame_scan, patches, sharding, tiling
 from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.config import RuntimeOptions
 
@@ -80,6 +80,8 @@ class TorchaxVAE:
             patches.apply_conv_cache_trim(module)
         if options.frame_scan:
             frame_scan.apply_frame_scan(module)
+        if options.tile_batching:
+            tiling.apply_tile_batching(module, tiles_per_step=mesh.shape["dp"])
         patches.apply_width_sharding(module, mesh if options.shard_activations else None)
         self._module = module
         self._jittable = interop.JittableModule(module)
@@ -202,6 +204,31 @@ class TorchaxVAE:
         if shape not in self._executables:
             self._executables[shape] = self.lower_decode(shape).compile()
         return self._executables[shape]
+
+    def enable_tiling(self, **kwargs: Any) -> None:
+        """Upstream's ``enable_tiling`` (same keywords and defaults: 240x360 tiles, overlap 1/6 x 1/5).
+
+        Latents larger than one tile then decode tile by tile with upstream's
+        grid and blending; equal-shape tiles are decoded together (see
+        `cogvideox_torchax.tiling`). Compiled programs are dropped.
+        """
+        self._module.enable_tiling(**kwargs)
+        self._retrace()
+
+    def disable_tiling(self) -> None:
+        """Upstream's ``disable_tiling``; compiled programs are dropped."""
+        self._module.disable_tiling()
+        self._retrace()
+
+    @property
+    def use_tiling(self) -> bool:
+        return bool(self._module.use_tiling)
+
+    def _retrace(self) -> None:
+        # The module's tiling settings are read while tracing, and jax.jit
+        # keys its trace cache on argument shapes only: start a fresh jit.
+        self._jit_decode = jax.jit(self._decode_pure)
+        self._executables.clear()
 
     def clear_compiled(self, *, jax_caches: bool = False) -> None:
         """Drops this VAE's compiled programs (one is kept per latent shape).

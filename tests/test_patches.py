@@ -7,7 +7,7 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafeConv3d
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import frame_scan, patches
+from cogvideox_torchax import frame_scan, patches, tiling
 from cogvideox_torchax._torch_compat import import_torchax
 from tests.conftest import upstream_decode
 from tests.parity import assert_close
@@ -33,6 +33,7 @@ def _keys_and_shapes(m):
         patches.apply_conv_bias,
         patches.apply_conv_cache_trim,
         frame_scan.apply_frame_scan,
+        tiling.apply_tile_batching,
     ],
 )
 def test_class_patches_are_idempotent_and_keep_eager_results(fresh, apply):
@@ -136,3 +137,14 @@ def test_conv_bias_same_numbers_under_torchax():
         got = conv2(x2.to("jax")).to("cpu"), conv3(x3.to("jax")).to("cpu")
     assert_close(got[0], expected[0], atol=1e-5, label="conv2d with fused bias")
     assert_close(got[1], expected[1], atol=1e-5, label="safe conv3d with fused bias")
+
+
+@pytest.mark.parametrize("order", ["scan first", "tiles first"])
+def test_frame_scan_and_tile_batching_compose_in_either_order(fresh, order):
+    steps = [frame_scan.apply_frame_scan, tiling.apply_tile_batching]
+    if order == "tiles first":
+        steps.reverse()
+    for apply in steps:
+        assert apply(fresh) == 1
+    assert type(fresh) is tiling.BatchedTilesFrameScanCogVideoX
+    assert frame_scan.apply_frame_scan(fresh) == 0 and tiling.apply_tile_batching(fresh) == 0

@@ -1,0 +1,93 @@
+"""``python -m bench.compile_time``: compile time against video length, scanned and unrolled.
+
+Upstream decodes latent frames in batches of 2 in a Python loop; traced into
+one jit, the loop unrolls and the program grows with every batch. With
+`cogvideox_torchax.frame_scan` the batches after the first are one scan
+step each, so the program (and its compile time) should not grow::
+
+    python -m bench.compile_time --model random:cogvideox-2b --frames 3,5,9,13,21,41 --hw 8,8
+
+Prints, per frame count and mode, the trace + lower time, the XLA compile
+time, the lowered program's size in lines and the compiled temporary bytes.
+Compilation runs with the persistent cache off, so every figure is a real
+compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.compile_time", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="random:cogvideox-2b", help="random:PRESET")
+    p.add_argument("--frames", default="3,5,9,13,21,41", help="latent frame counts")
+    p.add_argument("--hw", default="8,8", help="latent height,width")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--modes", default="scanned,unrolled", help="scanned and/or unrolled")
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    import jax
+
+    import cogvideox_torchax as ct
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    upstream = ct.random_upstream(args.model.removeprefix("random:"))
+    channels = upstream.config.latent_channels
+    h, w = (int(v) for v in args.hw.split(","))
+    frames = [int(v) for v in args.frames.split(",")]
+    modes = [m.strip() for m in args.modes.split(",")]
+    rows = []
+    for mode in modes:
+        options = ct.RuntimeOptions(dtype=args.dtype, frame_scan=(mode == "scanned"))
+        vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=options)
+        for t in frames:
+            shape = (1, channels, t, h, w)
+            t0 = time.perf_counter()
+            lowered = vae.lower_decode(shape)
+            t1 = time.perf_counter()
+            compiled = lowered.compile()
+            t2 = time.perf_counter()
+            mem = compiled.memory_analysis()
+            row = {
+                "mode": mode,
+                "latent_frames": t,
+                "trace_lower_s": round(t1 - t0, 2),
+                "compile_s": round(t2 - t1, 2),
+                "total_s": round(t2 - t0, 2),
+                "program_lines": len(lowered.as_text().splitlines()),
+                "temp_bytes": int(mem.temp_size_in_bytes) if mem else None,
+            }
+            rows.append(row)
+            print(f"[compile_time] {row}", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps({"command": "python -m bench.compile_time " + " ".join(sys.argv[1:]), "rows": rows}))
+        return 0
+    device = f"{jax.devices()[0].device_kind} ({jax.default_backend()})"
+    print(f"# python -m bench.compile_time {' '.join(sys.argv[1:])}")
+    print(f"# {args.model}, latents (1,{channels},T,{h},{w}), {args.dtype}, {device}, jax {jax.__version__}")
+    print("| mode | latent frames | trace+lower s | compile s | total s | program lines | temp MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        temp = "-" if r["temp_bytes"] is None else f"{r['temp_bytes'] / 2**20:.0f}"
+        print(
+            f"| {r['mode']} | {r['latent_frames']} | {r['trace_lower_s']} | {r['compile_s']} | {r['total_s']} "
+            f"| {r['program_lines']} | {temp} |"
+        )
+    by_mode = {m: {r["latent_frames"]: r["total_s"] for r in rows if r["mode"] == m} for m in modes}
+    for mode, totals in by_mode.items():
+        if 9 in totals and max(totals) > 9:
+            longest = max(totals)
+            print(f"# {mode}: {longest} frames take {totals[longest] / totals[9]:.2f}x the time of 9 frames")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

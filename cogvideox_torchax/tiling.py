@@ -1,0 +1,174 @@
+"""Tiled decode with upstream's tiles and blending, equal-shape tiles batched.
+
+Upstream's ``tiled_decode`` cuts the latent frame into overlapping tiles of
+``tile_latent_min_height x tile_latent_min_width`` (stepping by the tile size
+times ``1 - overlap factor``), decodes each tile on its own (each with its
+own frame batches and conv cache), then blends every tile into its upper and
+left neighbours over ``tile_sample_min * overlap factor`` pixels and crops.
+Traced into one jit that is one decoder per tile: a 480x720 frame with the
+default 240x360 tiles is 3 x 3 tiles, 1920x1080 is dozens.
+
+Here the grid, the blending and the crop are upstream's, but tiles of the
+same shape (interior, right edge, bottom edge, corner: at most four shapes)
+are stacked along the batch and decoded together, ``tiles_per_step`` at a
+time as the steps of one `jax.lax.scan`. The program holds one decoder per
+tile *shape*, whatever the tile count, and memory is that of
+``tiles_per_step`` tiles. The decoder is per sample, so stacking changes no
+result; blending is the same arithmetic as upstream's in-place loop.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from diffusers import AutoencoderKLCogVideoX
+from diffusers.models.autoencoders.vae import DecoderOutput
+
+from cogvideox_torchax import frame_scan, patches
+from cogvideox_torchax._torch_compat import import_torchax
+
+torchax = import_torchax()
+from torchax import interop  # noqa: E402
+
+_STEP_ATTR = "_cogvideox_torchax_tiles_per_step"
+
+
+def blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
+    """``b`` with its first rows along ``axis`` faded in from ``a``'s last rows.
+
+    Upstream's ``blend_v`` (axis 3) / ``blend_h`` (axis 4): over
+    ``n = min(extent, a's size, b's size)`` rows, row ``y`` of ``b`` becomes
+    ``a[-n + y] * (1 - y / n) + b[y] * (y / n)``; the rest of ``b`` is kept.
+    """
+    n = min(a.shape[axis], b.shape[axis], extent)
+    if n <= 0:
+        return b
+    y = np.arange(n, dtype=np.float64)
+    shape = [1] * b.ndim
+    shape[axis] = n
+    # The weights are computed in double and rounded once, as torch rounds
+    # the Python float scalars upstream multiplies by.
+    w_a = jnp.asarray((1 - y / n).astype(np.float32).reshape(shape))
+    w_b = jnp.asarray((y / n).astype(np.float32).reshape(shape))
+    a_tail = jax.lax.slice_in_dim(a, a.shape[axis] - n, a.shape[axis], axis=axis).astype(jnp.float32)
+    b_head = jax.lax.slice_in_dim(b, 0, n, axis=axis).astype(jnp.float32)
+    mixed = (a_tail * w_a + b_head * w_b).astype(b.dtype)
+    return jnp.concatenate([mixed, jax.lax.slice_in_dim(b, n, b.shape[axis], axis=axis)], axis=axis)
+
+
+class BatchedTilesMixin:
+    """Overrides ``tiled_decode``: upstream's tiles, decoded by shape group under torchax."""
+
+    def tiled_decode(self, z: torch.Tensor, return_dict: bool = True):
+        if not patches._is_torchax(z):
+            return super().tiled_decode(z, return_dict=return_dict)
+        batch, _, _, height, width = z.shape
+        tile_h, tile_w = self.tile_latent_min_height, self.tile_latent_min_width
+        step_h = int(tile_h * (1 - self.tile_overlap_factor_height))
+        step_w = int(tile_w * (1 - self.tile_overlap_factor_width))
+        extent_h = int(self.tile_sample_min_height * self.tile_overlap_factor_height)
+        extent_w = int(self.tile_sample_min_width * self.tile_overlap_factor_width)
+        keep_h = self.tile_sample_min_height - extent_h
+        keep_w = self.tile_sample_min_width - extent_w
+        rows, cols = list(range(0, height, step_h)), list(range(0, width, step_w))
+
+        # Group tile positions by tile shape (edge tiles are cut short).
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for i in rows:
+            for j in cols:
+                shape = (min(tile_h, height - i), min(tile_w, width - j))
+                groups.setdefault(shape, []).append((i, j))
+
+        decoded: dict[tuple[int, int], torch.Tensor] = {}
+        for positions in groups.values():
+            tiles = [z[:, :, :, i : i + tile_h, j : j + tile_w] for i, j in positions]
+            video = self._decode_tile_group(torch.cat(tiles, dim=0), len(positions))
+            for n, pos in enumerate(positions):
+                decoded[pos] = video[n * batch : (n + 1) * batch]
+
+        # Upstream blends in place, row by row: each tile fades in from its
+        # already-blended upper and left neighbours.
+        blend_v = interop.torch_view(functools.partial(blend, extent=extent_h, axis=3))
+        blend_h = interop.torch_view(functools.partial(blend, extent=extent_w, axis=4))
+        blended: dict[tuple[int, int], torch.Tensor] = {}
+        out_rows = []
+        for ri, i in enumerate(rows):
+            out_row = []
+            for ci, j in enumerate(cols):
+                tile = decoded[(i, j)]
+                if ri > 0:
+                    tile = blend_v(blended[(rows[ri - 1], j)], tile)
+                if ci > 0:
+                    tile = blend_h(blended[(i, cols[ci - 1])], tile)
+                blended[(i, j)] = tile
+                out_row.append(tile[:, :, :, :keep_h, :keep_w])
+            out_rows.append(torch.cat(out_row, dim=4))
+        dec = torch.cat(out_rows, dim=3)
+        if not return_dict:
+            return (dec,)
+        return DecoderOutput(sample=dec)
+
+    def _decode_tile_group(self, stacked: torch.Tensor, count: int) -> torch.Tensor:
+        """Decodes ``count`` same-shape tiles stacked on the batch, ``tiles_per_step`` per scan step."""
+        per_step = max(1, min(getattr(self, _STEP_ATTR, 1), count))
+        batch = stacked.shape[0] // count
+        if per_step >= count:
+            # Tiles are at most one tile in size: _decode never re-enters tiling.
+            (video,) = self._decode(stacked, return_dict=False)
+            return video
+        env = torchax.default_env()
+        steps = -(-count // per_step)
+        xs = env.t2j_iso(stacked)
+        pad = steps * per_step - count
+        if pad:  # repeat the last tile; its extra decodes are dropped below
+            xs = jnp.concatenate([xs, jnp.repeat(xs[-batch:], pad, axis=0)], axis=0)
+        xs = xs.reshape(steps, per_step * batch, *xs.shape[1:])
+
+        def body(carry, chunk):
+            (video,) = self._decode(env.j2t_iso(chunk), return_dict=False)
+            return carry, env.t2j_iso(video)
+
+        _, videos = jax.lax.scan(body, None, xs)  # (steps, per_step * B, 3, F, h, w)
+        videos = videos.reshape(steps * per_step * batch, *videos.shape[2:])[: count * batch]
+        return env.j2t_iso(videos)
+
+
+class BatchedTilesCogVideoX(BatchedTilesMixin, AutoencoderKLCogVideoX):
+    """`AutoencoderKLCogVideoX` whose tiled decode batches equal-shape tiles."""
+
+
+class BatchedTilesFrameScanCogVideoX(BatchedTilesMixin, frame_scan.FrameScanMixin, AutoencoderKLCogVideoX):
+    """Both: batched tiles, each tile group's frame batches scanned."""
+
+
+def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) -> int:
+    """Makes ``vae``'s tiled decode group equal-shape tiles and scan over them.
+
+    Tiling itself stays upstream's switch: ``vae.enable_tiling(...)``.
+
+    Args:
+        vae: an upstream VAE (possibly already frame-scanned).
+        tiles_per_step: tiles decoded together in one scan step; memory grows
+            with it. The mesh's ``dp`` size spreads one tile per replica.
+
+    Returns:
+        1 if ``vae``'s class changed in this call, else 0 (``tiles_per_step``
+        is updated either way).
+    """
+    if not isinstance(vae, AutoencoderKLCogVideoX):
+        raise TypeError(f"apply_tile_batching expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
+    if tiles_per_step < 1:
+        raise ValueError(f"tiles_per_step must be >= 1, got {tiles_per_step}")
+    setattr(vae, _STEP_ATTR, int(tiles_per_step))
+    if isinstance(vae, BatchedTilesMixin):
+        return 0
+    swaps = {
+        AutoencoderKLCogVideoX: BatchedTilesCogVideoX,
+        frame_scan.FrameScanCogVideoX: BatchedTilesFrameScanCogVideoX,
+    }
+    vae.__class__ = swaps[type(vae)]
+    return 1
