@@ -59,6 +59,10 @@ class RuntimeOptions:
             fallback gathers from an fp32 copy).
         trim_conv_cache: time-kernel-1 causal convs return no conv cache
             (upstream returns, and never reads, their whole input).
+        cache_first: causal convs take their conv cache before convolving,
+            ordered by optimization barriers (`patches.CacheFirstCausalConv3d`),
+            so chained decoder calls do not keep each call's full-size
+            activations alive (92 GB instead of ~16 GB at 49 frames 480x720).
         frame_scan: decode the frame batches after the first with one
             `jax.lax.scan` (compile time independent of length); False keeps
             upstream's loop, unrolled into the jit. Needs ``trim_conv_cache``.
@@ -77,6 +81,7 @@ class RuntimeOptions:
     conv_bias: bool = True
     nearest_upsample: bool = True
     trim_conv_cache: bool = True
+    cache_first: bool = True
     frame_scan: bool = True
     tile_batching: bool = True
     chunk_free_conv: bool = True
@@ -90,6 +95,7 @@ class RuntimeOptions:
             "conv_bias",
             "nearest_upsample",
             "trim_conv_cache",
+            "cache_first",
             "frame_scan",
             "tile_batching",
             "chunk_free_conv",

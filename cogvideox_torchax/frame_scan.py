@@ -46,11 +46,14 @@ class FrameScanMixin:
         first, conv_cache = step(z[:, :, :first_len], None)
 
         env = torchax.default_env()
-        # Finish the first batch before the scan starts. Without the barrier
-        # XLA may schedule the tail of the first batch (only its output, not
-        # the carry, depends on it) after the loop, keeping the first
-        # batch's full-resolution activations alive across every scan step:
-        # 92 GB instead of ~14 GB at 480x720 (2b, fp32, XLA:CPU).
+        # Finish the first batch before the scan starts, so the tail of the
+        # first batch (only its output, not the carry, depends on it) is not
+        # scheduled into the loop's lifetime. XLA:CPU deletes barriers unless
+        # compiled with patches.KEEP_BARRIERS_COMPILER_OPTIONS (as
+        # TorchaxVAE.compile_decode does with cache_first): then 15.6 instead
+        # of 17.0 GiB at 13 latent frames, 480x720 (2b, fp32). The 92 GB
+        # this was once meant to fix came from the conv caches: see
+        # patches.CacheFirstCausalConv3d.
         first, conv_cache = env.j2t_iso(jax.lax.optimization_barrier(env.t2j_iso((first, conv_cache))))
         rest = env.t2j_iso(z[:, :, first_len:])  # (B, C, (n-1) * per_batch, H, W)
         xs = rest.reshape(batch, channels, num_batches - 1, per_batch, height, width).transpose(2, 0, 1, 3, 4, 5)

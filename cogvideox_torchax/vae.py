@@ -78,6 +78,8 @@ class TorchaxVAE:
             patches.apply_conv_bias(module)
         if options.trim_conv_cache:
             patches.apply_conv_cache_trim(module)
+        if options.cache_first:
+            patches.apply_cache_first(module)
         if options.frame_scan:
             frame_scan.apply_frame_scan(module)
         if options.tile_batching:
@@ -202,7 +204,10 @@ class TorchaxVAE:
         """The compiled decode for a latent shape, compiling it on first use."""
         shape = tuple(shape)
         if shape not in self._executables:
-            self._executables[shape] = self.lower_decode(shape).compile()
+            options = None
+            if self._options.cache_first and self._mesh.devices.flat[0].platform == "cpu":
+                options = dict(patches.KEEP_BARRIERS_COMPILER_OPTIONS)
+            self._executables[shape] = self.lower_decode(shape).compile(compiler_options=options)
         return self._executables[shape]
 
     def enable_tiling(self, **kwargs: Any) -> None:

@@ -32,6 +32,7 @@ def _keys_and_shapes(m):
         patches.apply_silu,
         patches.apply_conv_bias,
         patches.apply_conv_cache_trim,
+        patches.apply_cache_first,
         frame_scan.apply_frame_scan,
         tiling.apply_tile_batching,
     ],
