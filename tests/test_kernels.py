@@ -149,14 +149,16 @@ _CONV1 = dict(stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1))
     ],
 )
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_conv_matches_torch_fp32(shape, wshape, kw, with_bias):
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_conv_matches_torch_fp32(shape, wshape, kw, with_bias, channels_last):
     rng = np.random.default_rng(0)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in (shape, wshape, wshape[:1]))
     b = b if with_bias else None
     torch_conv = torch.nn.functional.conv2d if len(shape) == 4 else torch.nn.functional.conv3d
     t = lambda a: None if a is None else torch.from_numpy(a)  # noqa: E731
     expected = torch_conv(t(x), t(w), t(b), **kw).numpy()
-    got = np.asarray(conv(jnp.asarray(x), jnp.asarray(w), None if b is None else jnp.asarray(b), **kw))
+    jb = None if b is None else jnp.asarray(b)
+    got = np.asarray(conv(jnp.asarray(x), jnp.asarray(w), jb, channels_last=channels_last, **kw))
     # Outputs reach ~30 here; fp32 summation order alone moves them ~1e-6 relative.
     assert_close(got, expected, atol=1e-5, rtol=1e-5, label=f"conv fp32 {shape}")
     ref = np.asarray(conv_reference(jnp.asarray(x), jnp.asarray(w), None if b is None else jnp.asarray(b), **kw))
