@@ -63,7 +63,7 @@ def tiled(args) -> int:
         t0 = time.perf_counter()
         lowered = vae.lower_decode(shape)
         t1 = time.perf_counter()
-        lowered.compile()
+        lowered.compile(compiler_options=vae.compiler_options)
         t2 = time.perf_counter()
         lines = len(lowered.as_text().splitlines())
         # The whole tiled decode is one jitted program either way; what
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             lowered = vae.lower_decode(shape)
             t1 = time.perf_counter()
-            compiled = lowered.compile()
+            compiled = lowered.compile(compiler_options=vae.compiler_options)
             t2 = time.perf_counter()
             mem = compiled.memory_analysis()
             row = {

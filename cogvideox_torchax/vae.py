@@ -204,11 +204,19 @@ class TorchaxVAE:
         """The compiled decode for a latent shape, compiling it on first use."""
         shape = tuple(shape)
         if shape not in self._executables:
-            options = None
-            if self._options.cache_first and self._mesh.devices.flat[0].platform == "cpu":
-                options = dict(patches.KEEP_BARRIERS_COMPILER_OPTIONS)
-            self._executables[shape] = self.lower_decode(shape).compile(compiler_options=options)
+            self._executables[shape] = self.lower_decode(shape).compile(compiler_options=self.compiler_options)
         return self._executables[shape]
+
+    @property
+    def compiler_options(self) -> dict[str, str] | None:
+        """XLA options `compile_decode` passes; use them to compile a `lower_decode` result yourself.
+
+        On the CPU backend this keeps the optimization barriers of
+        `patches.CacheFirstCausalConv3d`, which XLA:CPU otherwise deletes.
+        """
+        if self._options.cache_first and self._mesh.devices.flat[0].platform == "cpu":
+            return dict(patches.KEEP_BARRIERS_COMPILER_OPTIONS)
+        return None
 
     def enable_tiling(self, **kwargs: Any) -> None:
         """Upstream's ``enable_tiling`` (same keywords and defaults: 240x360 tiles, overlap 1/6 x 1/5).
