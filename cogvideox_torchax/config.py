@@ -89,18 +89,7 @@ class RuntimeOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
-        for name in (
-            "group_norm",
-            "silu",
-            "conv_bias",
-            "nearest_upsample",
-            "trim_conv_cache",
-            "cache_first",
-            "frame_scan",
-            "tile_batching",
-            "chunk_free_conv",
-            "shard_activations",
-        ):
+        for name in (f.name for f in dataclasses.fields(self) if f.name != "dtype"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.frame_scan and not self.trim_conv_cache:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -109,11 +109,13 @@ class JaxSiLU(torch.nn.SiLU):
         return interop.torch_view(silu)(input)
 
 
-def _swap_classes(vae: torch.nn.Module, swaps: dict[type, type]) -> int:
+def _swap_classes(
+    vae: torch.nn.Module, swaps: dict[type, type], where: Callable[[torch.nn.Module], bool] | None = None
+) -> int:
     count = 0
     for module in vae.modules():
         patched = swaps.get(type(module))
-        if patched is not None:
+        if patched is not None and (where is None or where(module)):
             module.__class__ = patched
             count += 1
     return count
@@ -176,12 +178,7 @@ def apply_conv_cache_trim(vae: torch.nn.Module) -> int:
     Returns:
         How many modules changed in this call (0 on a second call).
     """
-    count = 0
-    for module in vae.modules():
-        if type(module) is CogVideoXCausalConv3d and module.time_kernel_size == 1:
-            module.__class__ = CachelessCausalConv3d
-            count += 1
-    return count
+    return _swap_classes(vae, {CogVideoXCausalConv3d: CachelessCausalConv3d}, lambda m: m.time_kernel_size == 1)
 
 
 # XLA:CPU runs OptimizationBarrierExpander, which deletes every
@@ -232,12 +229,7 @@ def apply_cache_first(vae: torch.nn.Module) -> int:
     Returns:
         How many modules changed in this call (0 on a second call).
     """
-    count = 0
-    for module in vae.modules():
-        if type(module) is CogVideoXCausalConv3d and module.time_kernel_size > 1:
-            module.__class__ = CacheFirstCausalConv3d
-            count += 1
-    return count
+    return _swap_classes(vae, {CogVideoXCausalConv3d: CacheFirstCausalConv3d}, lambda m: m.time_kernel_size > 1)
 
 
 def apply_group_norm(vae: torch.nn.Module) -> int:

@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import json
 import cogvideox_torchax as ct
@@ -22,6 +24,7 @@ print(json.dumps(temps))
 """
 
 
+@pytest.mark.slow  # real 2b config: ~20 s of compiling, still in the default run
 def test_chained_batches_cost_a_few_decoder_calls_not_eight():
     env = dict(os.environ, XLA_FLAGS="--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED")
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
