@@ -1,4 +1,4 @@
-"""`TorchaxVAE`: the patched upstream VAE, decoding as one jit over a mesh."""
+"""`TorchaxVAE`: the patched upstream VAE, encoding and decoding as jits over a mesh."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import torch
 from diffusers import AutoencoderKLCogVideoX
-from diffusers.models.autoencoders.vae import DecoderOutput
+from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDistribution
+from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from jax.sharding import Mesh
 
 from cogvideox_torchax import frame_scan, patches, sharding, tiling
@@ -33,6 +34,12 @@ def _to_host_torch(x: jax.Array) -> torch.Tensor:
     return torch.from_numpy(arr)
 
 
+def _torch_device_of(x: Any, default: torch.device) -> torch.device:
+    # Results go back where a torch input came from, so a pipeline running on
+    # another torch device gets its tensors where it expects them.
+    return x.device if isinstance(x, torch.Tensor) else default
+
+
 def _to_numpy(x: torch.Tensor | np.ndarray | jax.Array, np_dtype: Any) -> np.ndarray | jax.Array:
     if isinstance(x, torch.Tensor):
         x = x.detach().to("cpu")
@@ -44,13 +51,48 @@ def _to_numpy(x: torch.Tensor | np.ndarray | jax.Array, np_dtype: Any) -> np.nda
     return np.asarray(x).astype(np_dtype, copy=False)
 
 
+# What `TorchaxVAE` offers of upstream's surface; other upstream attributes
+# raise `UnsupportedAttributeError` naming this list.
+INFERENCE_SURFACE = (
+    "decode",
+    "encode",
+    "forward",
+    "enable_tiling",
+    "disable_tiling",
+    "enable_slicing",
+    "disable_slicing",
+    "use_tiling",
+    "use_slicing",
+    "config",
+    "dtype",
+    "device",
+    "to",
+)
+
+
+class UnsupportedAttributeError(AttributeError, NotImplementedError):
+    """An `AutoencoderKLCogVideoX` attribute that `TorchaxVAE` does not offer.
+
+    Both an AttributeError (so ``hasattr`` and ``getattr(obj, name, default)``
+    answer "absent", as diffusers' pipelines probe components) and a
+    NotImplementedError (it exists upstream, just not here).
+    """
+
+
 class TorchaxVAE:
     """Upstream `AutoencoderKLCogVideoX`, patched, run by torchax under `jax.jit`.
 
     Build it with `cogvideox_torchax.from_pretrained` or `cogvideox_torchax.wrap`.
     Weights live on the mesh's devices as JAX arrays and are passed to the jitted
-    decode as arguments, so one compiled program serves any weights of the same
-    config, and one program is compiled per input shape.
+    encode and decode as arguments, so one compiled program serves any weights of
+    the same config, and one program is compiled per input shape.
+
+    It stands in for the upstream module wherever inference code uses one
+    (e.g. ``pipe.vae`` of diffusers' CogVideoX pipelines): `decode`, `encode`,
+    `forward` (also by calling it), `enable_tiling` / `disable_tiling`,
+    `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device` and
+    `to`. Any other upstream attribute (training, saving, hooks, submodules)
+    raises `UnsupportedAttributeError` instead of running eager torch.
     """
 
     def __init__(
@@ -87,6 +129,8 @@ class TorchaxVAE:
         patches.apply_width_sharding(module, mesh if options.shard_activations else None)
         self._module = module
         self._jittable = interop.JittableModule(module)
+        # Where results go for inputs that are not torch tensors; `to` moves it.
+        self._device = torch.device("cpu")
 
         np_dtype = np.dtype(options.jax_dtype)
         weights_sharding = sharding.replicated(mesh)
@@ -94,11 +138,13 @@ class TorchaxVAE:
             name: jax.device_put(_to_numpy(t, np_dtype), weights_sharding) for name, t in state_dict.items()
         }
         self._jit_decode = jax.jit(self._decode_pure)
-        # One executable per latent shape, compiled ahead of time so callers
-        # can time compilation apart from decoding.
+        self._jit_encode = jax.jit(self._encode_pure)
+        # One executable per input shape, compiled ahead of time so callers
+        # can time compilation apart from running.
         self._executables: dict[tuple[int, ...], jax.stages.Compiled] = {}
+        self._encode_executables: dict[tuple[int, ...], jax.stages.Compiled] = {}
 
-    # -- the traced program -------------------------------------------------
+    # -- the traced programs ------------------------------------------------
 
     def _decode_pure(self, weights: dict[str, jax.Array], z: jax.Array) -> jax.Array:
         env = torchax.default_env()
@@ -108,7 +154,21 @@ class TorchaxVAE:
             (sample,) = self._jittable.functional_call("decode", weights_t, {}, z_t, return_dict=False)
         return env.t2j_iso(sample)
 
-    # -- public surface -----------------------------------------------------
+    def _encode_pure(self, weights: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+        """Upstream ``_encode`` traced: the encoder's moments ``(B, 2C, T, h, w)``.
+
+        Upstream's Python loops (frame batches of 8 with the remainder in the
+        first, and `tiled_encode`'s tile grid) are unrolled into the jit as
+        they are: the program grows with the number of frame batches and
+        tiles. `frame_scan` and `tiling` only rework the decode.
+        """
+        env = torchax.default_env()
+        with env, torch.no_grad():
+            weights_t, x_t = env.j2t_iso((weights, x))
+            moments = self._jittable.functional_call("_encode", weights_t, {}, x_t)
+        return env.t2j_iso(moments)
+
+    # -- properties ---------------------------------------------------------
 
     @property
     def config(self) -> Any:
@@ -117,8 +177,17 @@ class TorchaxVAE:
 
     @property
     def dtype(self) -> torch.dtype:
-        """The torch dtype of the weights and of decoded samples."""
+        """The torch dtype of the weights, of decoded samples and of encoder moments."""
         return self._options.torch_dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The torch device results land on when the input is not a torch tensor (CPU unless `to` moved it).
+
+        Torch inputs get their results on their own device, whatever this says;
+        the computation itself runs on the mesh's devices.
+        """
+        return self._device
 
     @property
     def options(self) -> RuntimeOptions:
@@ -138,6 +207,16 @@ class TorchaxVAE:
         """The state dict as JAX arrays on the mesh, in `dtype`."""
         return self._weights
 
+    @property
+    def use_tiling(self) -> bool:
+        return bool(self._module.use_tiling)
+
+    @property
+    def use_slicing(self) -> bool:
+        return bool(self._module.use_slicing)
+
+    # -- decode -------------------------------------------------------------
+
     def check_latents(self, shape: tuple[int, ...]) -> None:
         """Raises ValueError unless ``shape`` is a decodable (B, C, T, H, W)."""
         channels = self.config.latent_channels
@@ -148,10 +227,20 @@ class TorchaxVAE:
         if min(shape) < 1:
             raise ValueError(f"latents have an empty dimension: shape {tuple(shape)}")
 
+    def _device_input(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+        arr = _to_numpy(x, np.dtype(self._options.jax_dtype))
+        return jax.device_put(arr, sharding.input_sharding(arr.shape, self._mesh))
+
     def _device_latents(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         self.check_latents(tuple(z.shape))
-        arr = _to_numpy(z, np.dtype(self._options.jax_dtype))
-        return jax.device_put(arr, sharding.input_sharding(arr.shape, self._mesh))
+        return self._device_input(z)
+
+    def _sliced(self, run: Any, x: jax.Array) -> jax.Array:
+        # Upstream's slicing: one batch element at a time (one executable for
+        # batch 1), results joined on device.
+        if not self.use_slicing or x.shape[0] == 1:
+            return run(x)
+        return jax.numpy.concatenate([run(x[i : i + 1]) for i in range(x.shape[0])], axis=0)
 
     def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         """Decodes on device and returns the JAX array (no host copy).
@@ -164,10 +253,11 @@ class TorchaxVAE:
             Video ``(B, 3, F, 8H, 8W)`` in `dtype`, unclamped as upstream
             (the video processor clamps to [-1, 1] later); ``F`` is 1 for
             ``T = 1``, ``4 T`` for even ``T`` and ``4 T - 3`` for odd ``T > 1``
-            (13 latent frames give 49).
+            (13 latent frames give 49). With slicing enabled, one batch
+            element is decoded at a time.
         """
         zj = self._device_latents(z)
-        return self.compile_decode(zj.shape)(self._weights, zj)
+        return self._sliced(lambda part: self.compile_decode(part.shape)(self._weights, part), zj)
 
     def decode(
         self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
@@ -179,10 +269,11 @@ class TorchaxVAE:
             return_dict: as upstream: a `DecoderOutput` or a 1-tuple.
 
         Returns:
-            The decoded video as a CPU torch tensor in `dtype`, equal to
-            upstream's ``vae.decode(z).sample``.
+            The decoded video as a torch tensor in `dtype`, equal to
+            upstream's ``vae.decode(z).sample``, on ``z``'s device for a
+            torch ``z`` (else on `device`, the CPU by default).
         """
-        sample = _to_host_torch(self.decode_jax(z))
+        sample = _to_host_torch(self.decode_jax(z)).to(_torch_device_of(z, self._device))
         if not return_dict:
             return (sample,)
         return DecoderOutput(sample=sample)
@@ -195,10 +286,13 @@ class TorchaxVAE:
         """
         shape = tuple(shape)
         self.check_latents(shape)
+        return self._lower(self._jit_decode, shape)
+
+    def _lower(self, jitted: Any, shape: tuple[int, ...]) -> jax.stages.Lowered:
         spec = jax.ShapeDtypeStruct(shape, self._options.jax_dtype, sharding=sharding.input_sharding(shape, self._mesh))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_INT64_WARNING)
-            return self._jit_decode.lower(self._weights, spec)
+            return jitted.lower(self._weights, spec)
 
     def compile_decode(self, shape: tuple[int, ...]) -> jax.stages.Compiled:
         """The compiled decode for a latent shape, compiling it on first use."""
@@ -209,7 +303,7 @@ class TorchaxVAE:
 
     @property
     def compiler_options(self) -> dict[str, str] | None:
-        """XLA options `compile_decode` passes; use them to compile a `lower_decode` result yourself.
+        """XLA options `compile_decode` and `compile_encode` pass; use them to compile a `lower_*` result yourself.
 
         On the CPU backend this keeps the optimization barriers of
         `patches.CacheFirstCausalConv3d`, which XLA:CPU otherwise deletes.
@@ -218,14 +312,116 @@ class TorchaxVAE:
             return dict(patches.KEEP_BARRIERS_COMPILER_OPTIONS)
         return None
 
-    def enable_tiling(self, **kwargs: Any) -> None:
-        """Upstream's ``enable_tiling`` (same keywords and defaults: 240x360 tiles, overlap 1/6 x 1/5).
+    # -- encode -------------------------------------------------------------
 
-        Latents larger than one tile then decode tile by tile with upstream's
-        grid and blending; equal-shape tiles are decoded together (see
-        `cogvideox_torchax.tiling`). Compiled programs are dropped.
+    def check_video(self, shape: tuple[int, ...]) -> None:
+        """Raises ValueError unless ``shape`` is an encodable (B, C, F, H, W) video.
+
+        Any frame count and size are accepted, as upstream accepts them; the
+        counts ``8 k + 1`` (1, 9, ..., 49) and sizes divisible by 8 decode
+        back to the same frame count and size.
         """
-        self._module.enable_tiling(**kwargs)
+        channels = self.config.in_channels
+        if len(shape) != 5:
+            raise ValueError(f"video must be (B, C, F, H, W), got shape {tuple(shape)}")
+        if shape[1] != channels:
+            raise ValueError(f"video must have {channels} channels (dim 1), got shape {tuple(shape)}")
+        if min(shape) < 1:
+            raise ValueError(f"video has an empty dimension: shape {tuple(shape)}")
+
+    def encode_jax(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+        """Encodes on device and returns the encoder's moments as a JAX array (no host copy).
+
+        Args:
+            x: video ``(B, 3, F, H, W)`` in [-1, 1].
+
+        Returns:
+            ``(B, 2 C, T, H', W')`` in `dtype`: the posterior's mean then its
+            (unclamped) log-variance along dim 1, as upstream's ``_encode``
+            returns them. With slicing enabled, one batch element at a time.
+        """
+        self.check_video(tuple(x.shape))
+        xj = self._device_input(x)
+        return self._sliced(lambda part: self.compile_encode(part.shape)(self._weights, part), xj)
+
+    def encode(
+        self, x: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
+    ) -> AutoencoderKLOutput | tuple[DiagonalGaussianDistribution]:
+        """Drop-in for upstream ``vae.encode(x)``.
+
+        Args:
+            x: video ``(B, 3, F, H, W)`` in [-1, 1].
+            return_dict: as upstream: an `AutoencoderKLOutput` or a 1-tuple.
+
+        Returns:
+            Upstream's own `DiagonalGaussianDistribution` (as ``.latent_dist``)
+            over the moments, built on the host in torch on ``x``'s device
+            (else on `device`): ``.mode()``, ``.mean``, ``.logvar``, ``.std``
+            and ``.sample(generator=...)`` behave exactly as upstream's.
+        """
+        moments = _to_host_torch(self.encode_jax(x)).to(_torch_device_of(x, self._device))
+        posterior = DiagonalGaussianDistribution(moments)
+        if not return_dict:
+            return (posterior,)
+        return AutoencoderKLOutput(latent_dist=posterior)
+
+    def lower_encode(self, shape: tuple[int, ...]) -> jax.stages.Lowered:
+        """Traces and lowers the encode for a video shape without running it."""
+        shape = tuple(shape)
+        self.check_video(shape)
+        return self._lower(self._jit_encode, shape)
+
+    def compile_encode(self, shape: tuple[int, ...]) -> jax.stages.Compiled:
+        """The compiled encode for a video shape, compiling it on first use."""
+        shape = tuple(shape)
+        if shape not in self._encode_executables:
+            self._encode_executables[shape] = self.lower_encode(shape).compile(compiler_options=self.compiler_options)
+        return self._encode_executables[shape]
+
+    # -- upstream's inference surface ----------------------------------------
+
+    def forward(
+        self,
+        sample: torch.Tensor,
+        sample_posterior: bool = False,
+        return_dict: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> DecoderOutput | tuple[torch.Tensor]:
+        """Upstream's ``forward``: encode, take the posterior's mode (or a sample), decode.
+
+        Args:
+            sample: video ``(B, 3, F, H, W)`` in [-1, 1].
+            sample_posterior: decode ``latent_dist.sample(generator)`` instead
+                of ``latent_dist.mode()``.
+            return_dict: a `DecoderOutput` or a 1-tuple.
+            generator: for the posterior sample.
+        """
+        posterior = self.encode(sample).latent_dist
+        z = posterior.sample(generator=generator) if sample_posterior else posterior.mode()
+        return self.decode(z, return_dict=return_dict)
+
+    __call__ = forward
+
+    def enable_tiling(
+        self,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_overlap_factor_height: float | None = None,
+        tile_overlap_factor_width: float | None = None,
+    ) -> None:
+        """Upstream's ``enable_tiling`` (same arguments and defaults: 240x360 tiles, overlap 1/6 x 1/5).
+
+        Videos and latents larger than one tile then encode and decode tile by
+        tile with upstream's grid and blending; for the decode, equal-shape
+        tiles are decoded together (see `cogvideox_torchax.tiling`). Compiled
+        programs are dropped.
+        """
+        self._module.enable_tiling(
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
+            tile_overlap_factor_height=tile_overlap_factor_height,
+            tile_overlap_factor_width=tile_overlap_factor_width,
+        )
         self._retrace()
 
     def disable_tiling(self) -> None:
@@ -233,18 +429,63 @@ class TorchaxVAE:
         self._module.disable_tiling()
         self._retrace()
 
-    @property
-    def use_tiling(self) -> bool:
-        return bool(self._module.use_tiling)
+    def enable_slicing(self) -> None:
+        """Upstream's ``enable_slicing``: a batch is encoded and decoded one element at a time.
+
+        Results are unchanged; device memory is that of batch 1, and one
+        program (for batch 1) serves every batch size.
+        """
+        self._module.enable_slicing()
+
+    def disable_slicing(self) -> None:
+        """Upstream's ``disable_slicing``: whole batches again."""
+        self._module.disable_slicing()
+
+    def to(self, *args: Any, **kwargs: Any) -> TorchaxVAE:
+        """Accepts upstream's ``.to(device)`` / ``.to(dtype)`` / ``.to(device, dtype)`` calls; returns self.
+
+        The computation stays on the mesh. A device becomes `device` (where
+        results of non-torch inputs go); a dtype must be `dtype`.
+
+        Raises:
+            NotImplementedError: a dtype other than `dtype` (build another VAE
+                with ``wrap(..., dtype=...)`` instead).
+        """
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None and dtype != self.dtype:
+            raise NotImplementedError(
+                f"TorchaxVAE runs in {self.dtype} and cannot be cast to {dtype}; "
+                f"wrap the upstream module again with dtype={str(dtype).removeprefix('torch.')!r}"
+            )
+        if device is not None:
+            self._device = torch.device(device)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when ordinary lookup fails: tell upstream's other
+        # attributes apart from plain typos.
+        module = self.__dict__.get("_module")
+        if not name.startswith("__") and module is not None and hasattr(module, name):
+            raise UnsupportedAttributeError(
+                f"TorchaxVAE does not offer AutoencoderKLCogVideoX.{name}: it runs only the inference "
+                f"surface ({', '.join(INFERENCE_SURFACE)}) under JAX; use the upstream module for anything else",
+                name=name,
+                obj=self,
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+
+    # -- compiled programs --------------------------------------------------
 
     def _retrace(self) -> None:
         # The module's tiling settings are read while tracing, and jax.jit
-        # keys its trace cache on argument shapes only: start a fresh jit.
+        # keys its trace cache on argument shapes only: start fresh jits.
         self._jit_decode = jax.jit(self._decode_pure)
+        self._jit_encode = jax.jit(self._encode_pure)
         self._executables.clear()
+        self._encode_executables.clear()
 
     def clear_compiled(self, *, jax_caches: bool = False) -> None:
-        """Drops this VAE's compiled programs (one is kept per latent shape).
+        """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
 
         Decoding many different shapes in one long process keeps one
         executable each, in host memory, until this is called. Device memory
@@ -260,6 +501,7 @@ class TorchaxVAE:
                 deleting a VAE built with different options.
         """
         self._executables.clear()
+        self._encode_executables.clear()
         if jax_caches:
             jax.clear_caches()
 

@@ -1,0 +1,96 @@
+"""Encode parity with upstream eager PyTorch on CPU, same weights and videos.
+
+Upstream encodes frames in batches of 8 with the remainder in the first
+batch (9 -> 9, 17 -> 9 + 8), each batch compressing time by 4 (an odd count
+keeps its first frame apart). Every count is compared, 4k+1 or not: whatever
+upstream makes of it is the reference.
+"""
+
+import pytest
+import torch
+
+import cogvideox_torchax as ct
+from tests.parity import assert_close
+
+# fp32: the largest error seen on these shapes is 6.2e-6 (2b, (1,3,9,32,32));
+# tiny stays under 2e-6. The issue's bound is 1e-4 on .mode().
+ATOL = 1e-4
+
+
+def _video(shape, seed=1):
+    return torch.rand(shape, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+
+def upstream_posterior(module, x):
+    with torch.no_grad():
+        return module.encode(x).latent_dist
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 3, 1, 16, 16),  # one frame (an image, as the image-to-video pipeline encodes)
+        (1, 3, 5, 16, 16),
+        (1, 3, 9, 8, 24),  # non-square
+        (1, 3, 13, 16, 16),
+        (1, 3, 6, 16, 16),  # not 4k+1
+        (1, 3, 4, 12, 20),  # not 4k+1, sizes not multiples of 8
+        (2, 3, 17, 16, 8),  # batch 2, two frame batches (9 + 8)
+    ],
+)
+def test_tiny_fp32(tiny_upstream, tiny_vae, shape):
+    x = _video(shape)
+    expected = upstream_posterior(tiny_upstream, x)
+    got = tiny_vae.encode(x).latent_dist
+    assert got.mode().device.type == "cpu"
+    assert_close(got.mode(), expected.mode(), atol=ATOL, label=f"tiny mode {shape}")
+    assert_close(got.logvar, expected.logvar, atol=ATOL, label=f"tiny logvar {shape}")
+
+
+def test_posterior_is_upstreams(tiny_upstream, tiny_vae):
+    x = _video((1, 3, 9, 16, 16), seed=2)
+    expected = upstream_posterior(tiny_upstream, x)
+    (got,) = tiny_vae.encode(x, return_dict=False)
+    assert type(got) is type(expected)
+    assert_close(got.mean, expected.mean, atol=ATOL, label="mean")
+    assert_close(got.std, expected.std, atol=ATOL, label="std")
+    # The same generator state draws the same noise: sample() is upstream's.
+    sample = got.sample(generator=torch.Generator().manual_seed(7))
+    assert_close(sample, expected.sample(generator=torch.Generator().manual_seed(7)), atol=ATOL, label="sample")
+
+
+def test_encode_jax_returns_moments(tiny_upstream, tiny_vae):
+    x = _video((1, 3, 5, 8, 8), seed=3)
+    moments = tiny_vae.encode_jax(x)
+    assert moments.shape == (1, 8, 2, 1, 1)  # mean and logvar of 4 channels
+    assert_close(moments, upstream_posterior(tiny_upstream, x).parameters, atol=ATOL, label="moments")
+
+
+def test_tiled_encode_matches_upstream():
+    # 32-pixel tiles stepping by 24 over 40x40: a 2x2 grid, edge tiles cut short.
+    tiles = dict(tile_sample_min_height=32, tile_sample_min_width=32)
+    upstream = ct.random_upstream("tiny", seed=2)
+    upstream.enable_tiling(**tiles, tile_overlap_factor_height=0.25, tile_overlap_factor_width=0.25)
+    vae = ct.wrap(upstream, mesh="dp=1,tp=1")
+    vae.enable_tiling(**tiles, tile_overlap_factor_height=0.25, tile_overlap_factor_width=0.25)
+    x = _video((1, 3, 5, 40, 40), seed=4)
+    got = vae.encode(x).latent_dist.mode()
+    assert_close(got, upstream_posterior(upstream, x).mode(), atol=ATOL, label="tiled (1,3,5,40,40)")
+
+
+@pytest.mark.parametrize(
+    "shape,match", [((1, 3, 2, 4), "B, C, F, H, W"), ((1, 4, 1, 8, 8), "3 channels"), ((1, 3, 0, 8, 8), "empty")]
+)
+def test_bad_videos_are_named(tiny_vae, shape, match):
+    with pytest.raises(ValueError, match=match):
+        tiny_vae.encode(torch.zeros(shape))
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 5, 16, 16), (1, 3, 9, 32, 32)])
+def test_cogvideox_2b_fp32(upstream_2b, shape):
+    vae = ct.wrap(upstream_2b, dtype="float32", mesh="dp=1,tp=1")
+    x = _video(shape)
+    expected = upstream_posterior(upstream_2b, x)
+    got = vae.encode(x).latent_dist
+    assert_close(got.mode(), expected.mode(), atol=ATOL, label=f"2b mode {shape}")
+    assert_close(got.logvar, expected.logvar, atol=ATOL, label=f"2b logvar {shape}")
