@@ -137,3 +137,36 @@ def prepare(
         # As the pipeline writes it: latents * (1 / scaling_factor).
         z = z * np.float32(1.0 / scaling_factor)
     return z, found
+
+
+def to_pipeline_latents(z: np.ndarray, scaling_factor: float) -> np.ndarray:
+    """Encoder latents ``(B, C, T, H, W)`` -> what the pipeline holds: ``(B, T, C, H, W)`` times ``scaling_factor``.
+
+    The inverse of `prepare` with its defaults, so the decode command reads
+    the result back with no flags; the image-to-video pipeline scales and
+    permutes its image latents the same way.
+    """
+    if z.ndim != 5:
+        raise LatentsError(f"latents must be (B, C, T, H, W), got shape {tuple(z.shape)}")
+    z = np.transpose(np.asarray(z, dtype=np.float32), (0, 2, 1, 3, 4))
+    return np.ascontiguousarray(z * np.float32(scaling_factor))
+
+
+def write_latents(
+    path: str | os.PathLike, z: np.ndarray, *, key: str = "latents", metadata: dict[str, str] | None = None
+) -> None:
+    """Writes one float32 tensor to a safetensors file, atomically (a temporary file renamed into place).
+
+    Args:
+        path: the ``.safetensors`` file.
+        z: the latents.
+        key: the tensor's name.
+        metadata: string pairs stored in the file's header (safetensors'
+            ``__metadata__``), e.g. the layout and scaling factor.
+    """
+    from safetensors.numpy import save_file
+
+    from cogvideox_torchax.video import atomic_output
+
+    with atomic_output(Path(path)) as tmp:
+        save_file({key: np.ascontiguousarray(z, dtype=np.float32)}, str(tmp), metadata=metadata)

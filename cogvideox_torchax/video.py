@@ -107,6 +107,15 @@ def _atomic(path: Path, is_dir: bool = False) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink()
 
 
+def atomic_output(path: Path, is_dir: bool = False) -> contextlib.AbstractContextManager[Path]:
+    """A temporary path beside ``path``, renamed to ``path`` when the block ends without error (else removed).
+
+    The same guarantee as this module's writers, for outputs written elsewhere
+    (e.g. `latents.write_latents`).
+    """
+    return _atomic(path, is_dir)
+
+
 def write_mp4(
     path: Path, frames: np.ndarray, fps: float = 8, crf: int = 18, tick: Callable[[], None] | None = None
 ) -> None:

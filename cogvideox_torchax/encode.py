@@ -1,0 +1,228 @@
+"""``python -m cogvideox_torchax.encode VIDEO -o latents.safetensors``: encode a video to latents.
+
+A thin command line over the library, the counterpart of
+``python -m cogvideox_torchax.decode``. The video is an mp4 (or .mov, .mkv,
+.webm) or a folder of image frames; it is centre-cropped to a height and
+width divisible by 8 (or scaled and cropped to --size), and its frames are
+cut to the largest count 8k+1 (or --frames), the counts that decode back to
+the same length (see `cogvideox_torchax.frames`). The latents are written as
+the pipeline holds them, ``(1, T, C, H, W)`` multiplied by the model's
+scaling factor, under the key ``latents``, so the decode command reads them
+back with no flags. Bad input is one line on stderr, exit code 2, and no
+output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from cogvideox_torchax.decode import RANDOM_PREFIX, UsageError, _load_model, _one_line, _Stage
+
+LATENTS_KEY = "latents"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cogvideox_torchax.encode",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    p.add_argument("video", help="video file (.mp4, .mov, .mkv, .webm) or a folder of frames (.png, .jpg, ...)")
+    p.add_argument(
+        "--output", "-o", required=True, help="latents file to write (.safetensors; key 'latents', (1, T, C, H, W))"
+    )
+    p.add_argument(
+        "--size",
+        default=None,
+        metavar="HxW",
+        help="scale to cover and centre-crop to this height x width, each a multiple of 8 "
+        "(default: centre-crop to the multiples of 8 below the video's size)",
+    )
+    p.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="encode the first N frames (default: the largest 8k+1 available, which decode back to 8k+1)",
+    )
+    p.add_argument(
+        "--sample",
+        action="store_true",
+        help="draw the latents from the posterior (as the image-to-video pipeline does) instead of its mode",
+    )
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of the torch generator for --sample")
+    p.add_argument(
+        "--model",
+        default="THUDM/CogVideoX-2b",
+        help=f"local diffusers folder, hub id, or {RANDOM_PREFIX}cogvideox-2b / {RANDOM_PREFIX}cogvideox-5b / "
+        f"{RANDOM_PREFIX}tiny (seeded random weights, no download); default THUDM/CogVideoX-2b",
+    )
+    p.add_argument("--subfolder", default=None, help="VAE folder inside --model (default 'vae' for hub ids)")
+    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (fp32/bf16)")
+    p.add_argument("--mesh", default=None, help="device mesh, e.g. dp=1,tp=8 (default: all devices on tp)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random: models")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--compile-cache", default=None, metavar="DIR", help="persistent compilation cache folder")
+    p.add_argument("--no-compile-cache", action="store_true", help="do not read or write the compilation cache")
+    p.add_argument(
+        "--memory-report",
+        action="store_true",
+        help="print live device memory after each stage (also $COGVIDEOX_TORCHAX_MEMORY_REPORT=1)",
+    )
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def _check_args(args: argparse.Namespace) -> tuple[int, int] | None:
+    """Checks what needs no reading; returns the parsed --size."""
+    from cogvideox_torchax import frames, video
+    from cogvideox_torchax.config import canonical_dtype
+
+    try:
+        canonical_dtype(args.dtype)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if Path(args.output).suffix.lower() != ".safetensors":
+        raise UsageError(f"output must be a .safetensors file, got {args.output!r}")
+    if args.frames is not None and args.frames < 1:
+        raise UsageError(f"--frames must be at least 1, got {args.frames}")
+    video.check_outputs([Path(args.output)], args.overwrite)
+    return None if args.size is None else frames.parse_size(args.size)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Encodes as the parsed arguments say and returns the summary."""
+    from cogvideox_torchax import compile_cache, frames, latents, memory
+
+    size = _check_args(args)
+    show_memory = args.memory_report or memory.enabled_by_env()
+
+    with _Stage("read", 1, "video", args.quiet) as read:
+        raw, fps = frames.read_frames(args.video)
+        fitted = frames.fit(raw, size=size, num_frames=args.frames)
+        x = frames.to_video_tensor(fitted)
+        read.tick()
+
+    import jax
+    import numpy as np
+    import torch
+
+    if args.no_compile_cache:
+        cache_dir = None
+        compile_cache.disable_compile_cache()
+    else:
+        cache_dir = compile_cache.enable_compile_cache(args.compile_cache)
+
+    with _Stage("load", 1, "model", args.quiet) as load:
+        vae = _load_model(args)
+        jax.block_until_ready(vae.weights)
+        load.tick()
+    if show_memory:
+        memory.report("load")
+    vae.check_video(x.shape)
+
+    with _Stage("compile", 1, "program", args.quiet) as compile_stage:
+        with compile_cache.count_cache_events() as cache_events:
+            vae.compile_encode(x.shape)
+        compile_stage.tick()
+    if show_memory:
+        memory.report("compile")
+
+    num_frames = x.shape[2]
+    with _Stage("encode", num_frames, "frame", args.quiet) as encode:
+        # One compiled program encodes the whole video; the bar completes
+        # when it returns.
+        posterior = vae.encode(x).latent_dist
+        if args.sample:
+            z = posterior.sample(generator=torch.Generator().manual_seed(args.sample_seed))
+        else:
+            z = posterior.mode()
+        encode.tick(num_frames)
+    if show_memory:
+        memory.report("encode")
+
+    scaling = float(vae.config.scaling_factor)
+    out = latents.to_pipeline_latents(z.float().numpy(), scaling)
+    if not np.isfinite(out).all():
+        raise RuntimeError("the encoder produced NaN or Inf latents")
+    metadata = {
+        "layout": "BTCHW",
+        "scaling_factor": repr(scaling),
+        "scaled": "true",
+        "posterior": "sample" if args.sample else "mode",
+        "frames": str(num_frames),
+        "height": str(x.shape[3]),
+        "width": str(x.shape[4]),
+    }
+    with _Stage("write", 1, "file", args.quiet) as write:
+        latents.write_latents(args.output, out, key=LATENTS_KEY, metadata=metadata)
+        write.tick()
+    if show_memory:
+        memory.report("write")
+
+    return {
+        "input": str(args.video),
+        "input_shape": [int(v) for v in raw.shape[:3]],
+        "fps": fps,
+        "video_shape": list(x.shape),
+        "output": str(args.output),
+        "latents_shape": list(out.shape),
+        "layout": "BTCHW",
+        "scaling_factor": scaling,
+        "posterior": metadata["posterior"],
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+        "read_s": round(read.seconds, 3),
+        "load_s": round(load.seconds, 3),
+        "compile_s": round(compile_stage.seconds, 3),
+        "compile_cache": cache_events.status if cache_dir else "off",
+        "compile_cache_dir": str(cache_dir) if cache_dir else None,
+        "encode_s": round(encode.seconds, 3),
+        "write_s": round(write.seconds, 3),
+        "frames_per_s": round(num_frames / encode.seconds, 3),
+    }
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    frames, height, width = s["input_shape"]
+    _, _, used, used_h, used_w = s["video_shape"]
+    print(
+        f"encoded {s['input']} ({frames} frames {height}x{width}; used {used} frames {used_h}x{used_w}) -> "
+        f"{s['latents_shape']} (BTCHW, x{s['scaling_factor']:g}, posterior {s['posterior']}; "
+        f"{s['dtype']}, mesh {s['mesh']}, {s['device']})"
+    )
+    print(
+        f"  read {s['read_s']:.2f} s | load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s "
+        f"(cache {s['compile_cache']}) | encode {s['encode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | "
+        f"write {s['write_s']:.2f} s"
+    )
+    print(f"  wrote {s['output']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command line; returns the exit code (0, 1 internal error, 2 bad input, 130 interrupted)."""
+    args = _parser().parse_args(argv)
+    try:
+        summary = run(args)
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except Exception as e:  # one line for the user; the traceback with --debug
+        if args.debug:
+            raise
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 2 if isinstance(e, (UsageError, ValueError)) else 1
+    if args.json:
+        print(json.dumps(summary))
+    elif not args.quiet:
+        _print_summary(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

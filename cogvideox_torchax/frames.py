@@ -1,0 +1,186 @@
+"""Reading videos to encode, and fitting them to what the VAE round-trips.
+
+A video is an mp4 (any container PyAV reads: .mp4, .mov, .mkv, .webm) or a
+folder of image frames taken in name order. Upstream's VAE encodes any size
+and frame count, but only some come back unchanged through ``decode``:
+
+* Height and width divisible by 8 (the VAE's spatial factor, ``2 **
+  (len(block_out_channels) - 1)``): by default the frames are centre-cropped
+  to the nearest such size below (at most 7 pixels lost per side pair); a
+  requested ``--size HxW`` (each divisible by 8) is reached by scaling to
+  cover it (Lanczos, as diffusers' video processor resizes) and centre-cropping.
+* A frame count ``8 k + 1`` (1, 9, 17, ..., 49): upstream encodes frames in
+  batches of 8 with the odd first frame on its own in time, so ``8 k + 1``
+  frames make ``2 k + 1`` latent frames, which decode back to ``8 k + 1``
+  (49 -> 13 -> 49). By default the trailing frames beyond the largest such
+  count are dropped; any other count can be asked for and is encoded as
+  upstream encodes it (e.g. 5 frames -> 2 latent frames -> 8 decoded).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+# CogVideoX's VAE: 8x spatial compression, 4x temporal in batches of 8 frames.
+SPATIAL_FACTOR = 8
+FRAME_STEP = 8
+
+
+class FramesError(ValueError):
+    """A video that cannot be read or fitted; the message says why."""
+
+
+def read_frames(path: str | os.PathLike) -> tuple[np.ndarray, float | None]:
+    """Reads a video file or a folder of frames.
+
+    Args:
+        path: an mp4 (or .mov/.mkv/.webm) file, or a folder of .png/.jpg/...
+            frames (read in sorted name order; other files are ignored).
+
+    Returns:
+        ``(F, H, W, 3)`` uint8 RGB frames, and the frame rate (None for a
+        folder).
+
+    Raises:
+        FramesError: missing path, unknown file type, unreadable file or
+            image, no frames, or frames of different sizes.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _read_folder(path), None
+    if not path.exists():
+        raise FramesError(f"no such video or frame folder: {str(path)!r}")
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise FramesError(
+            f"cannot read {str(path)!r}: expected a video ({', '.join(VIDEO_SUFFIXES)}) or a folder of frames"
+        )
+    return _read_video(path)
+
+
+def _read_video(path: Path) -> tuple[np.ndarray, float | None]:
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise FramesError(f"{str(path)!r} has no video stream")
+            stream = container.streams.video[0]
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+            fps = float(stream.average_rate) if stream.average_rate else None
+    except FramesError:
+        raise
+    except (av.error.FFmpegError, OSError, ValueError) as e:
+        raise FramesError(f"cannot decode video {str(path)!r}: {e}") from e
+    if not frames:
+        raise FramesError(f"video {str(path)!r} has no frames")
+    return np.stack(frames), fps
+
+
+def _read_folder(folder: Path) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise FramesError(f"folder {str(folder)!r} holds no frames ({', '.join(IMAGE_SUFFIXES)})")
+    frames = []
+    for f in files:
+        try:
+            with Image.open(f) as im:
+                frame = np.asarray(im.convert("RGB"))
+        except (UnidentifiedImageError, OSError) as e:
+            raise FramesError(f"cannot read frame {str(f)!r}: {e}") from e
+        if frames and frame.shape != frames[0].shape:
+            h, w = frames[0].shape[:2]
+            raise FramesError(
+                f"frame {str(f)!r} is {frame.shape[0]}x{frame.shape[1]} (HxW), the first frame {h}x{w}"
+            )
+        frames.append(frame)
+    return np.stack(frames)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"480x720"`` (height x width) -> ``(480, 720)``; each must be a positive multiple of 8.
+
+    Raises:
+        FramesError: anything else.
+    """
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise FramesError(f"size must look like HEIGHTxWIDTH, e.g. 480x720; got {text!r}")
+    height, width = (int(p) for p in parts)
+    if min(height, width) < SPATIAL_FACTOR or height % SPATIAL_FACTOR or width % SPATIAL_FACTOR:
+        raise FramesError(f"size {height}x{width}: height and width must be positive multiples of {SPATIAL_FACTOR}")
+    return height, width
+
+
+def default_frame_count(available: int) -> int:
+    """The largest ``8 k + 1`` not above ``available`` (the counts that decode back unchanged)."""
+    if available < 1:
+        raise FramesError("the video has no frames")
+    return (available - 1) // FRAME_STEP * FRAME_STEP + 1
+
+
+def fit(frames: np.ndarray, *, size: tuple[int, int] | None = None, num_frames: int | None = None) -> np.ndarray:
+    """Keeps the first ``num_frames`` frames and brings them to ``size``.
+
+    Args:
+        frames: ``(F, H, W, 3)`` uint8.
+        size: ``(height, width)``, multiples of 8, reached by scaling to cover
+            and centre-cropping; None centre-crops to the multiples of 8 below
+            the frames' own size.
+        num_frames: how many leading frames to keep; None for
+            `default_frame_count`.
+
+    Returns:
+        ``(num_frames, height, width, 3)`` uint8.
+
+    Raises:
+        FramesError: more frames asked for than there are, frames smaller
+            than 8x8 with no ``size``, or a bad ``size``.
+    """
+    available, height, width = frames.shape[:3]
+    count = default_frame_count(available) if num_frames is None else num_frames
+    if not 1 <= count <= available:
+        raise FramesError(f"cannot take {count} frames from a video of {available}")
+    frames = frames[:count]
+    if size is None:
+        target = (height // SPATIAL_FACTOR * SPATIAL_FACTOR, width // SPATIAL_FACTOR * SPATIAL_FACTOR)
+        if min(target) < SPATIAL_FACTOR:
+            raise FramesError(f"frames are {height}x{width} (HxW); the VAE needs at least 8x8")
+    else:
+        target = size
+        if min(target) < SPATIAL_FACTOR or target[0] % SPATIAL_FACTOR or target[1] % SPATIAL_FACTOR:
+            raise FramesError(f"size {target[0]}x{target[1]}: height and width must be positive multiples of 8")
+        frames = _resize_to_cover(frames, target)
+    return _center_crop(frames, target)
+
+
+def _resize_to_cover(frames: np.ndarray, target: tuple[int, int]) -> np.ndarray:
+    from PIL import Image
+
+    height, width = frames.shape[1:3]
+    scale = max(target[0] / height, target[1] / width)
+    # Rounded up so the scaled frame covers the target on both axes.
+    new_h, new_w = max(target[0], round(height * scale)), max(target[1], round(width * scale))
+    if (new_h, new_w) == (height, width):
+        return frames
+    resample = Image.Resampling.LANCZOS
+    return np.stack([np.asarray(Image.fromarray(f).resize((new_w, new_h), resample)) for f in frames])
+
+
+def _center_crop(frames: np.ndarray, target: tuple[int, int]) -> np.ndarray:
+    height, width = frames.shape[1:3]
+    top, left = (height - target[0]) // 2, (width - target[1]) // 2
+    return frames[:, top : top + target[0], left : left + target[1]]
+
+
+def to_video_tensor(frames: np.ndarray) -> np.ndarray:
+    """``(F, H, W, 3)`` uint8 -> ``(1, 3, F, H, W)`` float32 in [-1, 1], as diffusers' video processor makes it."""
+    x = frames.astype(np.float32) / np.float32(255.0)
+    x = x * np.float32(2.0) - np.float32(1.0)
+    return np.ascontiguousarray(x.transpose(3, 0, 1, 2)[None])
