@@ -96,9 +96,7 @@ def _read_folder(folder: Path) -> np.ndarray:
             raise FramesError(f"cannot read frame {str(f)!r}: {e}") from e
         if frames and frame.shape != frames[0].shape:
             h, w = frames[0].shape[:2]
-            raise FramesError(
-                f"frame {str(f)!r} is {frame.shape[0]}x{frame.shape[1]} (HxW), the first frame {h}x{w}"
-            )
+            raise FramesError(f"frame {str(f)!r} is {frame.shape[0]}x{frame.shape[1]} (HxW), the first frame {h}x{w}")
         frames.append(frame)
     return np.stack(frames)
 

@@ -114,9 +114,7 @@ def test_frame_folder_size_frames_and_sample(tmp_path, capsys):
     assert_close(load_file(out)["latents"], expected * vae.config.scaling_factor, atol=1e-5, label="sampled")
 
 
-@pytest.mark.parametrize(
-    "available,expected", [(1, 1), (5, 1), (8, 1), (9, 9), (16, 9), (17, 17), (49, 49), (50, 49)]
-)
+@pytest.mark.parametrize("available,expected", [(1, 1), (5, 1), (8, 1), (9, 9), (16, 9), (17, 17), (49, 49), (50, 49)])
 def test_default_frame_count_is_8k_plus_1(available, expected):
     assert frames.default_frame_count(available) == expected
 

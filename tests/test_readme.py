@@ -3,6 +3,8 @@
 import pathlib
 import re
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -20,3 +22,38 @@ def test_ci_runs_the_readme_commands():
         assert commands, heading
         for command in commands:
             assert command in ci, f"README {heading} command not in .ci/run: {command}"
+
+
+def _python_block(readme: str, heading: str) -> str:
+    section = readme.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_pipeline_example_runs(monkeypatch):
+    """The README's pipeline lines, verbatim, on the tiny offline pipeline of tests/test_pipelines.py.
+
+    Only what needs the hub is stood in for: ``from_pretrained`` builds the
+    tiny pipeline in the dtype asked for, and its prompt encoding returns
+    fixed embeddings (there is no T5 to run).
+    """
+    pytest.importorskip("transformers", reason="diffusers' CogVideoX pipelines need transformers")
+    from diffusers import CogVideoXPipeline
+
+    import cogvideox_torchax as ct
+    from tests.test_pipelines import embeddings, tiny_pipeline  # imported here: it needs transformers
+
+    def from_pretrained(cls, name, torch_dtype=None, **kwargs):
+        assert name == "THUDM/CogVideoX-2b"
+        pipe = tiny_pipeline(cls, 4).to(torch_dtype)
+        prompt_embeds = tuple(e.to(torch_dtype) for e in embeddings())
+        pipe.encode_prompt = lambda *args, **kwargs: prompt_embeds
+        return pipe
+
+    monkeypatch.setattr(CogVideoXPipeline, "from_pretrained", classmethod(from_pretrained))
+    code = _python_block((ROOT / "README.md").read_text(), "Use it in a diffusers pipeline")
+    assert len([ln for ln in code.splitlines() if ln and not ln.startswith(("import ", "from "))]) == 3
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    pipe, video = namespace["pipe"], namespace["video"]
+    assert isinstance(pipe.vae, ct.TorchaxVAE) and pipe.vae.options.dtype == "bfloat16"
+    assert len(video) == 49 and video[0].size == (32, 32)  # PIL frames, the tiny transformer's 32x32
