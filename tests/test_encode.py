@@ -33,8 +33,7 @@ def upstream_posterior(module, x):
         (1, 3, 5, 16, 16),
         (1, 3, 9, 8, 24),  # non-square
         (1, 3, 13, 16, 16),
-        (1, 3, 6, 16, 16),  # not 4k+1
-        (1, 3, 4, 12, 20),  # not 4k+1, sizes not multiples of 8
+        (1, 3, 6, 12, 20),  # not 4k+1, sizes not multiples of 8
         (2, 3, 17, 16, 8),  # batch 2, two frame batches (9 + 8)
     ],
 )
@@ -86,6 +85,7 @@ def test_bad_videos_are_named(tiny_vae, shape, match):
         tiny_vae.encode(torch.zeros(shape))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(1, 3, 5, 16, 16), (1, 3, 9, 32, 32)])
 def test_cogvideox_2b_fp32(upstream_2b, shape):
     vae = ct.wrap(upstream_2b, dtype="float32", mesh="dp=1,tp=1")
