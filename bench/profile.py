@@ -1,0 +1,184 @@
+"""Where a jitted program's time goes: a per-op breakdown from a JAX profile.
+
+The profiler records one event per executed HLO instruction (XLA:CPU thunks
+on the host threads, GPU/TPU kernels on the device planes), named after the
+instruction and tagged with its module. The compiled HLO text says what each
+instruction is; a fusion is classed by what it contains (a convolution, a
+dot, a reduce, only transposes/copies, ...). Summing the events by class and
+by instruction gives the breakdown the bench prints.
+
+Times are summed over events, so ops that ran concurrently on different
+threads count separately; shares are of that sum, not of the wall clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+# Opcodes that only contain other ops (their events span their children's).
+_CONTAINERS = {"while", "conditional", "call", "async-start", "async-done", "async-update"}
+_MOVEMENT = {"pad", "concatenate", "slice", "dynamic-slice", "dynamic-update-slice", "gather", "scatter", "select"}
+_LAYOUT = {"transpose", "copy", "bitcast", "reshape", "broadcast", "parameter", "tuple", "get-tuple-element"}
+_LAYOUT |= {"constant", "iota"}
+
+_COMPUTATION_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*[({].*\{\s*$")
+_INSTRUCTION_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][a-z0-9\-]*)\(")
+_CALLS_RE = re.compile(r"calls=%?([\w.\-]+)")
+
+CATEGORIES = (
+    "convolution",
+    "matmul",
+    "reduction",
+    "elementwise",
+    "transpose/copy",
+    "pad/slice/concat",
+    "other",
+)
+
+
+def _parse_hlo(hlo_text: str) -> tuple[dict[str, str], dict[str, list[str]], dict[str, str]]:
+    """Maps instruction -> opcode, computation -> its opcodes, fusion -> called computation."""
+    opcode: dict[str, str] = {}
+    body: dict[str, list[str]] = collections.defaultdict(list)
+    calls: dict[str, str] = {}
+    current = None
+    for line in hlo_text.splitlines():
+        m = _COMPUTATION_RE.match(line)
+        if m and "=" not in line.split("{")[0]:
+            current = m.group(1)
+            continue
+        m = _INSTRUCTION_RE.match(line)
+        if not m:
+            continue
+        name, op = m.groups()
+        opcode[name] = op
+        if current is not None:
+            body[current].append(op)
+        c = _CALLS_RE.search(line)
+        if op == "fusion" and c:
+            calls[name] = c.group(1)
+    return opcode, body, calls
+
+
+def _classify(ops: list[str]) -> str:
+    kinds = set(ops)
+    if "convolution" in kinds:
+        return "convolution"
+    if "dot" in kinds:
+        return "matmul"
+    if "reduce" in kinds or "reduce-window" in kinds:
+        return "reduction"
+    if kinds <= _LAYOUT:
+        return "transpose/copy"
+    if kinds <= _LAYOUT | _MOVEMENT:
+        return "pad/slice/concat"
+    return "elementwise"
+
+
+def categorize(hlo_text: str) -> dict[str, str]:
+    """Instruction name -> breakdown category (containers like ``while`` are left out)."""
+    opcode, body, calls = _parse_hlo(hlo_text)
+    out = {}
+    for name, op in opcode.items():
+        if op in _CONTAINERS:
+            continue
+        if op == "fusion" and name in calls:
+            out[name] = _classify(body.get(calls[name], []))
+        elif op in ("custom-call",):
+            out[name] = "other"
+        else:
+            out[name] = _classify([op])
+    return out
+
+
+def _module_name(hlo_text: str) -> str:
+    m = re.match(r"\s*HloModule\s+([\w.\-]+)", hlo_text)
+    return m.group(1) if m else ""
+
+
+def _events(trace_dir: str, module: str) -> list[tuple[str, float]]:
+    from jax.profiler import ProfileData
+
+    files = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
+    if not files:
+        return []
+    data = ProfileData.from_file(files[0])
+    by_plane: dict[str, list[tuple[str, float]]] = {}
+    for plane in data.planes:
+        found = []
+        for line in plane.lines:
+            for event in line.events:
+                stats = dict(event.stats)
+                op = stats.get("hlo_op")
+                if op is None or (module and stats.get("hlo_module") not in (module, None)):
+                    continue
+                found.append((str(op), float(event.duration_ns)))
+        if found:
+            by_plane[plane.name] = found
+    # Accelerators record kernels on device planes (and launches on the
+    # host): count the device side only, so nothing is counted twice.
+    device = [ev for name, evs in by_plane.items() if name.startswith("/device:") for ev in evs]
+    return device or [ev for evs in by_plane.values() for ev in evs]
+
+
+def op_breakdown(run: Callable[[], Any], hlo_text: str, top: int = 8) -> dict[str, Any] | None:
+    """Profiles one call of ``run`` and sums its op time by category and by op.
+
+    Args:
+        run: calls the compiled program once and blocks until it is done.
+        hlo_text: the compiled program's HLO (``compiled.as_text()``).
+        top: how many of the slowest instructions to list.
+
+    Returns:
+        ``{"total_ms", "categories": [{category, ms, share, count}],
+        "top_ops": [{op, category, ms, count}]}`` or None when the profiler
+        recorded no op events on this backend.
+    """
+    module = _module_name(hlo_text)
+    kinds = categorize(hlo_text)
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d):
+            run()
+        events = _events(d, module)
+    times: dict[str, float] = collections.defaultdict(float)
+    counts: dict[str, int] = collections.Counter()
+    for op, ns in events:
+        if op not in kinds:  # containers (while bodies' ops are counted themselves)
+            continue
+        times[op] += ns / 1e6
+        counts[op] += 1
+    total = sum(times.values())
+    if not total:
+        return None
+    cat_ms: dict[str, float] = collections.defaultdict(float)
+    cat_n: dict[str, int] = collections.Counter()
+    for op, ms in times.items():
+        cat_ms[kinds[op]] += ms
+        cat_n[kinds[op]] += counts[op]
+    categories = [
+        {"category": c, "ms": cat_ms[c], "share": cat_ms[c] / total, "count": cat_n[c]}
+        for c in sorted(cat_ms, key=cat_ms.get, reverse=True)
+    ]
+    slowest = sorted(times, key=times.get, reverse=True)[:top]
+    top_ops = [{"op": op, "category": kinds[op], "ms": times[op], "count": counts[op]} for op in slowest]
+    return {"total_ms": total, "categories": categories, "top_ops": top_ops}
+
+
+def format_breakdown(system: str, breakdown: dict[str, Any]) -> list[str]:
+    """Markdown lines for one system's breakdown."""
+    lines = [f"### {system}: {breakdown['total_ms']:.0f} ms of op time", "", "| category | ms | share | ops run |"]
+    lines.append("|---|---|---|---|")
+    for c in breakdown["categories"]:
+        lines.append(f"| {c['category']} | {c['ms']:.1f} | {100 * c['share']:.1f} % | {c['count']} |")
+    lines += ["", "| slowest op | category | ms | runs |", "|---|---|---|---|"]
+    for o in breakdown["top_ops"]:
+        lines.append(f"| `{o['op']}` | {o['category']} | {o['ms']:.1f} | {o['count']} |")
+    return lines
