@@ -257,7 +257,6 @@ def bench_torch(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
 
 def _torch_breakdown(run, device: str) -> dict[str, Any]:
     """The same breakdown for eager torch, from torch.profiler's per-op self times."""
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
