@@ -235,12 +235,17 @@ class TorchaxVAE:
         self.check_latents(tuple(z.shape))
         return self._device_input(z)
 
-    def _sliced(self, run: Any, x: jax.Array) -> jax.Array:
-        # Upstream's slicing: one batch element at a time (one executable for
-        # batch 1), results joined on device.
+    def _run(self, compile_for: Any, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+        # With slicing on (upstream's enable_slicing), one batch element at a
+        # time: one executable for batch 1, results joined on device. Each
+        # part is placed anew, as a compiled program takes only the argument
+        # sharding it was compiled for.
         if not self.use_slicing or x.shape[0] == 1:
-            return run(x)
-        return jax.numpy.concatenate([run(x[i : i + 1]) for i in range(x.shape[0])], axis=0)
+            parts = [self._device_input(x)]
+        else:
+            parts = [self._device_input(x[i : i + 1]) for i in range(x.shape[0])]
+        outs = [compile_for(part.shape)(self._weights, part) for part in parts]
+        return outs[0] if len(outs) == 1 else jax.numpy.concatenate(outs, axis=0)
 
     def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         """Decodes on device and returns the JAX array (no host copy).
@@ -256,8 +261,8 @@ class TorchaxVAE:
             (13 latent frames give 49). With slicing enabled, one batch
             element is decoded at a time.
         """
-        zj = self._device_latents(z)
-        return self._sliced(lambda part: self.compile_decode(part.shape)(self._weights, part), zj)
+        self.check_latents(tuple(z.shape))
+        return self._run(self.compile_decode, z)
 
     def decode(
         self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
@@ -341,8 +346,7 @@ class TorchaxVAE:
             returns them. With slicing enabled, one batch element at a time.
         """
         self.check_video(tuple(x.shape))
-        xj = self._device_input(x)
-        return self._sliced(lambda part: self.compile_encode(part.shape)(self._weights, part), xj)
+        return self._run(self.compile_encode, x)
 
     def encode(
         self, x: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
