@@ -389,6 +389,48 @@ def _errors(out, reference) -> tuple[float, float]:
     return float(d.max()), float(d.mean())
 
 
+def _valid_taps(n: int, k: int, p: int, s: int, d: int) -> int:
+    """Kernel taps that land inside an input of length ``n``, summed over all outputs of one dim."""
+    out = (n + 2 * p - d * (k - 1) - 1) // s + 1
+    return sum(1 for o in range(out) for t in range(k) if 0 <= o * s - p + t * d < n)
+
+
+def _reference(upstream, z):
+    """Upstream fp32 eager decode of ``z`` and its analytic convolution FLOPs.
+
+    Every convolution upstream runs is counted from its shapes: 2 FLOPs per
+    multiply-add whose input is real data, not zero padding (the count XLA's
+    cost analysis makes too; causal time padding is real frames and counts).
+    Bias adds are not counted. This is the work the decode must do; XLA's
+    count of ours also holds the elementwise ops and any waste.
+    """
+    import math
+
+    import torch
+
+    total = 0
+
+    def count(module, inputs, output):
+        nonlocal total
+        x = inputs[0]
+        taps = math.prod(
+            _valid_taps(n, k, p, s, d)
+            for n, k, p, s, d in zip(
+                x.shape[2:], module.kernel_size, module.padding, module.stride, module.dilation, strict=True
+            )
+        )
+        total += 2 * x.shape[0] * module.out_channels * (module.in_channels // module.groups) * taps
+
+    hooks = [m.register_forward_hook(count) for m in upstream.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
+    try:
+        with torch.no_grad():
+            out = upstream.decode(z).sample.numpy()
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, total
+
+
 def _commit() -> str | None:
     here = os.path.dirname(os.path.abspath(__file__))
     try:
@@ -443,16 +485,17 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
     report["peak_tflops"], report["peak_source"] = peak_tflops, peak_source
     for shape in shapes:
         z = _latents(shape, args.seed)
-        reference = None
+        reference, conv_flops = None, None
         if not args.compile_only and not args.no_reference:
-            with torch.no_grad():
-                reference = upstream.decode(z).sample.numpy()
+            reference, conv_flops = _reference(upstream, z)
         rows = []
         for name in systems:
             print(f"[bench] {name} {shape} ...", file=sys.stderr, flush=True)
             row = {"system": name, "shape": list(shape), **BENCHES[name](upstream, z, args)}
             out = row.pop("output", None)
             row["max_abs_err"] = row["mean_abs_err"] = None
+            row["analytic_conv_flops"] = conv_flops
+            row["flops_vs_analytic"] = row.get("flops") / conv_flops if row.get("flops") and conv_flops else None
             if reference is not None and out is not None:
                 row["max_abs_err"], row["mean_abs_err"] = _errors(out, reference)
             del out
@@ -522,6 +565,7 @@ COLUMNS = [
     ("argument_bytes", "args GiB", "GiB"),
     ("peak_device_bytes", "peak GiB", "GiB"),
     ("flops", "GFLOP", "G"),
+    ("flops_vs_analytic", "FLOP/conv FLOP", ""),
     ("tflops_per_s", "TFLOP/s", ""),
     ("pct_of_peak", "% peak", ""),
     ("max_abs_err", "max err", ""),
