@@ -9,7 +9,8 @@ numerics and frame handling exactly:
 * latent frames are decoded in batches of two, the first batch taking the
   ``T % 2`` extra frame, and every causal convolution carries its last
   ``time_kernel_size - 1`` padded input frames to the next batch (the first
-  batch pads by repeating its first frame);
+  batch pads by repeating its first frame); the batches after the first run
+  in one `jax.lax.scan` carrying that cache;
 * time-compressing upsamplers and the spatial norms treat the first frame of
   an odd-length batch separately, as upstream does;
 * outputs are not clamped (upstream returns raw values).
@@ -305,6 +306,7 @@ class Decoder3D(nnx.Module):
         self.conv_in = CausalConv3d(zq, channels[0], 3, opts, rngs=rngs)
         self.mid_block = MidBlock3D(channels[0], 2, zq, groups, opts, rngs=rngs)
         compress_levels = int(np.log2(config["temporal_compression_ratio"]))
+        self.time_upsamples = min(compress_levels, len(channels) - 1)
         blocks = []
         prev = channels[0]
         for i, out in enumerate(channels):
@@ -390,24 +392,46 @@ class FlaxCogVideoXDecoder(nnx.Module):
             else None
         )
 
+    def _decode_batch(self, chunk: jax.Array, cache: Cache | None) -> tuple[jax.Array, Cache]:
+        if self.post_quant_conv is not None:
+            chunk = self.post_quant_conv(chunk)
+        return self.decoder(chunk, cache)
+
     def __call__(self, z: jax.Array) -> jax.Array:
-        """Decodes unscaled latents ``(N, T, h, w, C)`` to frames ``(N, F, 8h, 8w, 3)``, as upstream's ``_decode``."""
+        """Decodes unscaled latents ``(N, T, h, w, C)`` to frames ``(N, F, 8h, 8w, 3)``, as upstream's ``_decode``.
+
+        The first frame batch (``2 + T % 2`` frames, or all of them when
+        ``T < 2``) runs alone, without a conv cache; the remaining pairs of
+        frames run in one `jax.lax.scan` with the conv cache as its carry,
+        each writing its frames into the output in place. Same batches, same
+        cache as upstream's loop; one traced decoder per batch shape (compile
+        time does not grow with T), and one batch's activations live at a time.
+        """
         z = self.opts.constrain(z.astype(self.opts.dtype))
         num_frames = z.shape[1]
         size = self.frame_batch_size
-        extra = num_frames % size
-        cache = None
-        frames = []
-        # Upstream's Python loop, unrolled into the jit: one decoder copy per
-        # frame batch, so compile time grows with T (the frame count is static).
-        for i in range(max(num_frames // size, 1)):
-            start = size * i + (0 if i == 0 else extra)
-            chunk = z[:, start : size * (i + 1) + extra]
-            if self.post_quant_conv is not None:
-                chunk = self.post_quant_conv(chunk)
-            out, cache = self.decoder(chunk, cache)
-            frames.append(out)
-        return self.opts.constrain(jnp.concatenate(frames, axis=1))
+        num_batches = max(num_frames // size, 1)
+        first, cache = self._decode_batch(z[:, : size + num_frames % size], None)
+        if num_batches == 1:
+            return self.opts.constrain(first)
+        # Every later batch has `size` latent frames; each time-compressing
+        # upsampler doubles an even frame count.
+        batch_frames = size * 2**self.decoder.time_upsamples
+        video = jnp.zeros(
+            (first.shape[0], first.shape[1] + (num_batches - 1) * batch_frames, *first.shape[2:]), first.dtype
+        )
+        video = jax.lax.dynamic_update_slice_in_dim(self.opts.constrain(video), first, 0, axis=1)
+        start = size + num_frames % size
+
+        def step(carry, i):
+            cache, video = carry
+            chunk = jax.lax.dynamic_slice_in_dim(z, start + i * size, size, axis=1)
+            out, cache = self._decode_batch(chunk, cache)
+            video = jax.lax.dynamic_update_slice_in_dim(video, out, first.shape[1] + i * batch_frames, axis=1)
+            return (cache, video), None
+
+        (_, video), _ = jax.lax.scan(step, (cache, video), jnp.arange(num_batches - 1))
+        return self.opts.constrain(video)
 
 
 def _auto_mesh(mesh: Mesh | None) -> Mesh | None:
@@ -495,7 +519,11 @@ class FlaxVAE:
 
 
 def from_upstream(
-    upstream: Any, *, dtype: Any = "float32", param_dtype: Any = None, mesh: Mesh | None = None
+    upstream: Any,
+    *,
+    dtype: Any = "float32",
+    param_dtype: Any = None,
+    mesh: Mesh | None = None,
 ) -> FlaxVAE:
     """Builds the Flax decoder of a diffusers `AutoencoderKLCogVideoX` and loads its weights.
 
