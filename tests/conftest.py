@@ -30,3 +30,25 @@ def upstream_2b():
 def upstream_decode(module, z: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return module.decode(z).sample
+
+
+def seeded_latents(shape, seed=0) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(scope="session")
+def reference_2b(upstream_2b):
+    """``reference_2b(frames) -> (z, upstream fp32 decode)`` for latents (1,16,frames,8,8), seed = frames.
+
+    Cached for the session: ours and the Flax port are both checked against
+    the same upstream decodes, which take most of a 2b parity test's time.
+    """
+    cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def get(frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if frames not in cache:
+            z = seeded_latents((1, 16, frames, 8, 8), seed=frames)
+            cache[frames] = (z, upstream_decode(upstream_2b, z))
+        return cache[frames]
+
+    return get

@@ -123,24 +123,12 @@ def flax_2b(upstream_2b) -> FlaxVAE:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("frames", [1, 2, 5])
-def test_2b_matches_upstream(upstream_2b, flax_2b, frames):
-    """The real architecture; T=5 also checks T=3, its first frame batch.
-
-    Upstream's T=5 decode starts with latent frames 0..2 as one batch and no
-    conv cache, exactly a T=3 decode, so its first 9 frames are the T=3
-    result (for both implementations); that saves a ~60 s T=3 run on 2 cores.
-    """
+@pytest.mark.parametrize("frames", [1, 2, 3, 5])
+def test_2b_matches_upstream(upstream_2b, reference_2b, flax_2b, frames):
+    """The real architecture; upstream's decodes are shared with tests/test_parity.py."""
     assert not upstream_2b.config.use_post_quant_conv  # the real config decodes without one
-    z = _latents((1, 16, frames, 8, 8), seed=frames)
-    expected = upstream_decode(upstream_2b, z)
-    actual = flax_2b.decode(z)
-    assert_close(actual, expected, atol=ATOL_2B, label=f"flax 2b T={frames}")
-    if frames == 5:
-        assert_close(actual[:, :, :9], expected[:, :, :9], atol=ATOL_2B, label="flax 2b T=3 (first batch of T=5)")
-
-
-# --- dtypes ---------------------------------------------------------------------------------------
+    z, expected = reference_2b(frames)
+    assert_close(flax_2b.decode(z), expected, atol=ATOL_2B, label=f"flax 2b T={frames}")
 
 
 def test_bf16_decode_is_close_to_fp32(tiny_upstream):
