@@ -13,17 +13,12 @@ output file.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-RANDOM_PREFIX = "random:"
-
-
-class UsageError(Exception):
-    """Bad input; reported as one line with exit code 2."""
+from cogvideox_torchax import _cli
+from cogvideox_torchax._cli import Stage, UsageError, add_model_arguments, add_run_arguments
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,16 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="latents are already divided by config.scaling_factor (default: divide, as the pipeline does)",
     )
-    p.add_argument(
-        "--model",
-        default="THUDM/CogVideoX-2b",
-        help="local diffusers folder, hub id, or random:cogvideox-2b / random:cogvideox-5b / random:tiny "
-        "(seeded random weights, no download); default THUDM/CogVideoX-2b",
-    )
-    p.add_argument("--subfolder", default=None, help="VAE folder inside --model (default 'vae' for hub ids)")
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (fp32/bf16)")
-    p.add_argument("--mesh", default=None, help="device mesh, e.g. dp=1,tp=8 (default: all devices on tp)")
-    p.add_argument("--seed", type=int, default=0, help="seed for random: models")
+    add_model_arguments(p)
     p.add_argument(
         "--output",
         "-o",
@@ -64,67 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate (default 8, as CogVideoX-2b)")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
-    p.add_argument("--compile-cache", default=None, metavar="DIR", help="persistent compilation cache folder")
-    p.add_argument("--no-compile-cache", action="store_true", help="do not read or write the compilation cache")
-    p.add_argument(
-        "--memory-report",
-        action="store_true",
-        help="print live device memory after each stage (also $COGVIDEOX_TORCHAX_MEMORY_REPORT=1)",
-    )
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    add_run_arguments(p)
     return p
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    from cogvideox_torchax.config import canonical_dtype
-
-    try:
-        canonical_dtype(args.dtype)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
+    _cli.check_dtype(args)
     if not args.fps > 0:
         raise UsageError(f"--fps must be positive, got {args.fps}")
     if not 0 <= args.crf <= 51:
         raise UsageError(f"--crf must be between 0 and 51, got {args.crf}")
-
-
-def _load_model(args: argparse.Namespace):
-    import cogvideox_torchax as ct
-
-    if args.model.startswith(RANDOM_PREFIX):
-        preset = args.model[len(RANDOM_PREFIX) :]
-        try:
-            module = ct.random_upstream(preset, seed=args.seed)
-        except ValueError as e:
-            raise UsageError(str(e)) from e
-        return ct.wrap(module, dtype=args.dtype, mesh=args.mesh)
-    subfolder = args.subfolder
-    if subfolder is None and not Path(args.model).exists():
-        subfolder = "vae"
-    return ct.from_pretrained(args.model, subfolder=subfolder, dtype=args.dtype, mesh=args.mesh)
-
-
-class _Stage:
-    """One progress bar per stage on stderr (nothing when quiet); times the stage."""
-
-    def __init__(self, name: str, total: int, unit: str, quiet: bool):
-        from tqdm import tqdm
-
-        self._bar = tqdm(total=total, desc=f"{name:<8}", unit=unit, disable=quiet, file=sys.stderr, leave=True)
-        self._t0 = time.perf_counter()
-        self.seconds = 0.0
-
-    def tick(self, n: int = 1) -> None:
-        self._bar.update(n)
-
-    def __enter__(self) -> _Stage:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self._t0
-        self._bar.close()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -142,14 +77,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import jax
     import numpy as np
 
-    if args.no_compile_cache:
-        cache_dir = None
-        compile_cache.disable_compile_cache()
-    else:
-        cache_dir = compile_cache.enable_compile_cache(args.compile_cache)
-
-    with _Stage("load", 1, "model", args.quiet) as load:
-        vae = _load_model(args)
+    cache_dir = _cli.compile_cache_from_args(args)
+    with Stage("load", 1, "model", args.quiet) as load:
+        vae = _cli.load_model(args)
         jax.block_until_ready(vae.weights)
         load.tick()
     if show_memory:
@@ -160,7 +90,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     vae.check_latents(z.shape)
 
-    with _Stage("compile", 1, "program", args.quiet) as compile_stage:
+    with Stage("compile", 1, "program", args.quiet) as compile_stage:
         with compile_cache.count_cache_events() as cache_events:
             vae.compile_decode(z.shape)
         compile_stage.tick()
@@ -168,7 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         memory.report("compile")
 
     batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
-    with _Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
+    with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
         # One compiled program decodes the whole batch; the bar completes
         # when it returns.
         decoded = jax.block_until_ready(vae.decode_jax(z))
@@ -179,7 +109,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     del decoded
 
     per_video = 1 if kind in ("npy", "safetensors") else frames_per_video
-    with _Stage("write", batch * per_video, "frame" if per_video > 1 else "file", args.quiet) as write:
+    with Stage("write", batch * per_video, "frame" if per_video > 1 else "file", args.quiet) as write:
         for path, one in zip(outputs, host, strict=True):
             video.write_video(path, one, fps=args.fps, crf=args.crf, tick=write.tick)
     if show_memory:
@@ -228,29 +158,7 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0, 1 internal error, 2 bad input, 130 interrupted)."""
-    args = _parser().parse_args(argv)
-    try:
-        summary = run(args)
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
-        return 130
-    except Exception as e:  # one line for the user; the traceback with --debug
-        if args.debug:
-            raise
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2 if isinstance(e, (UsageError, ValueError)) else 1
-    if args.json:
-        print(json.dumps(summary))
-    elif not args.quiet:
-        _print_summary(summary)
-    return 0
-
-
-def _one_line(e: BaseException) -> str:
-    # ModelLoadError, LatentsError and OutputError are ValueErrors with a
-    # message written for the user; anything else is ours and says its type.
-    text = " ".join(str(e).split())
-    return text if isinstance(e, (UsageError, ValueError)) else f"{type(e).__name__}: {text}"
+    return _cli.main(_parser().parse_args(argv), run, _print_summary)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ output file.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from cogvideox_torchax.decode import RANDOM_PREFIX, UsageError, _load_model, _one_line, _Stage
+from cogvideox_torchax import _cli
+from cogvideox_torchax._cli import Stage, UsageError, add_model_arguments, add_run_arguments
 
 LATENTS_KEY = "latents"
 
@@ -53,39 +53,17 @@ def _parser() -> argparse.ArgumentParser:
         help="draw the latents from the posterior (as the image-to-video pipeline does) instead of its mode",
     )
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the torch generator for --sample")
-    p.add_argument(
-        "--model",
-        default="THUDM/CogVideoX-2b",
-        help=f"local diffusers folder, hub id, or {RANDOM_PREFIX}cogvideox-2b / {RANDOM_PREFIX}cogvideox-5b / "
-        f"{RANDOM_PREFIX}tiny (seeded random weights, no download); default THUDM/CogVideoX-2b",
-    )
-    p.add_argument("--subfolder", default=None, help="VAE folder inside --model (default 'vae' for hub ids)")
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (fp32/bf16)")
-    p.add_argument("--mesh", default=None, help="device mesh, e.g. dp=1,tp=8 (default: all devices on tp)")
-    p.add_argument("--seed", type=int, default=0, help="seed for random: models")
+    add_model_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    p.add_argument("--compile-cache", default=None, metavar="DIR", help="persistent compilation cache folder")
-    p.add_argument("--no-compile-cache", action="store_true", help="do not read or write the compilation cache")
-    p.add_argument(
-        "--memory-report",
-        action="store_true",
-        help="print live device memory after each stage (also $COGVIDEOX_TORCHAX_MEMORY_REPORT=1)",
-    )
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    add_run_arguments(p)
     return p
 
 
 def _check_args(args: argparse.Namespace) -> tuple[int, int] | None:
     """Checks what needs no reading; returns the parsed --size."""
     from cogvideox_torchax import frames, video
-    from cogvideox_torchax.config import canonical_dtype
 
-    try:
-        canonical_dtype(args.dtype)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
+    _cli.check_dtype(args)
     if Path(args.output).suffix.lower() != ".safetensors":
         raise UsageError(f"output must be a .safetensors file, got {args.output!r}")
     if args.frames is not None and args.frames < 1:
@@ -101,7 +79,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     size = _check_args(args)
     show_memory = args.memory_report or memory.enabled_by_env()
 
-    with _Stage("read", 1, "video", args.quiet) as read:
+    with Stage("read", 1, "video", args.quiet) as read:
         raw, fps = frames.read_frames(args.video)
         fitted = frames.fit(raw, size=size, num_frames=args.frames)
         x = frames.to_video_tensor(fitted)
@@ -111,21 +89,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    if args.no_compile_cache:
-        cache_dir = None
-        compile_cache.disable_compile_cache()
-    else:
-        cache_dir = compile_cache.enable_compile_cache(args.compile_cache)
-
-    with _Stage("load", 1, "model", args.quiet) as load:
-        vae = _load_model(args)
+    cache_dir = _cli.compile_cache_from_args(args)
+    with Stage("load", 1, "model", args.quiet) as load:
+        vae = _cli.load_model(args)
         jax.block_until_ready(vae.weights)
         load.tick()
     if show_memory:
         memory.report("load")
     vae.check_video(x.shape)
 
-    with _Stage("compile", 1, "program", args.quiet) as compile_stage:
+    with Stage("compile", 1, "program", args.quiet) as compile_stage:
         with compile_cache.count_cache_events() as cache_events:
             vae.compile_encode(x.shape)
         compile_stage.tick()
@@ -133,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         memory.report("compile")
 
     num_frames = x.shape[2]
-    with _Stage("encode", num_frames, "frame", args.quiet) as encode:
+    with Stage("encode", num_frames, "frame", args.quiet) as encode:
         # One compiled program encodes the whole video; the bar completes
         # when it returns.
         posterior = vae.encode(x).latent_dist
@@ -158,7 +131,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "height": str(x.shape[3]),
         "width": str(x.shape[4]),
     }
-    with _Stage("write", 1, "file", args.quiet) as write:
+    with Stage("write", 1, "file", args.quiet) as write:
         latents.write_latents(args.output, out, key=LATENTS_KEY, metadata=metadata)
         write.tick()
     if show_memory:
@@ -206,22 +179,7 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0, 1 internal error, 2 bad input, 130 interrupted)."""
-    args = _parser().parse_args(argv)
-    try:
-        summary = run(args)
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
-        return 130
-    except Exception as e:  # one line for the user; the traceback with --debug
-        if args.debug:
-            raise
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2 if isinstance(e, (UsageError, ValueError)) else 1
-    if args.json:
-        print(json.dumps(summary))
-    elif not args.quiet:
-        _print_summary(summary)
-    return 0
+    return _cli.main(_parser().parse_args(argv), run, _print_summary)
 
 
 if __name__ == "__main__":
