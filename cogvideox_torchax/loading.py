@@ -233,7 +233,8 @@ def wrap(
     """Wraps an already-built upstream VAE, e.g. ``pipe.vae``.
 
     The given module is left untouched (still usable eagerly); its config and
-    weights are copied into a patched twin.
+    weights are copied into a patched twin, and so are its tiling and slicing
+    switches (``pipe.vae.enable_tiling()`` before wrapping carries over).
 
     Args:
         vae_module: an `AutoencoderKLCogVideoX`.
@@ -245,7 +246,17 @@ def wrap(
         raise TypeError(f"wrap expects an AutoencoderKLCogVideoX, got {type(vae_module).__name__}")
     if dtype is None and options is None:
         dtype = vae_module.dtype
-    return build(vae_module.config, vae_module.state_dict(), dtype=dtype, mesh=mesh, options=options)
+    vae = build(vae_module.config, vae_module.state_dict(), dtype=dtype, mesh=mesh, options=options)
+    if vae_module.use_tiling:
+        vae.enable_tiling(
+            tile_sample_min_height=vae_module.tile_sample_min_height,
+            tile_sample_min_width=vae_module.tile_sample_min_width,
+            tile_overlap_factor_height=vae_module.tile_overlap_factor_height,
+            tile_overlap_factor_width=vae_module.tile_overlap_factor_width,
+        )
+    if vae_module.use_slicing:
+        vae.enable_slicing()
+    return vae
 
 
 def random_upstream(preset: str, seed: int = 0) -> AutoencoderKLCogVideoX:

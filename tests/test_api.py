@@ -93,3 +93,17 @@ def test_unknown_attribute_is_a_plain_attribute_error(tiny_vae):
     with pytest.raises(AttributeError, match="no attribute 'no_such_thing'") as info:
         tiny_vae.no_such_thing  # noqa: B018
     assert not isinstance(info.value, NotImplementedError)
+
+
+def test_wrap_carries_tiling_and_slicing_over(tiny_upstream):
+    # pipe.vae.enable_tiling() is usually called before pipe.vae is replaced.
+    module = ct.random_upstream("tiny", seed=0)
+    module.enable_tiling(tile_sample_min_height=48, tile_sample_min_width=64, tile_overlap_factor_width=0.25)
+    module.enable_slicing()
+    vae = ct.wrap(module, mesh="dp=1,tp=1")
+    assert vae.use_tiling and vae.use_slicing
+    for name in ("tile_sample_min_height", "tile_sample_min_width", "tile_overlap_factor_height"):
+        assert getattr(vae.module, name) == getattr(module, name), name
+    assert vae.module.tile_overlap_factor_width == 0.25
+    plain = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
+    assert not plain.use_tiling and not plain.use_slicing
