@@ -2,7 +2,7 @@
 
 One process, one set of latents and weights, one dtype and mesh::
 
-    python -m bench.decode --model random:cogvideox-2b --shape 3,8,8 \\
+    python -m bench.decode --model random:cogvideox-2b --shape 3,8,8 --shape 5,16,16 \\
         --systems torchax,flax,torch --repeats 3
 
 Systems: ``torchax`` (this project), ``flax`` (the NNX port in
@@ -56,7 +56,12 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--model", default="random:cogvideox-2b", help="random:PRESET or a local diffusers VAE folder")
-    p.add_argument("--shape", default="3,8,8", help="latent T,H,W (or B,C,T,H,W)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=None,
+        help="latent T,H,W (or B,C,T,H,W); repeat to measure several shapes in one run (default 3,8,8)",
+    )
     p.add_argument("--batch", type=int, default=1, help="videos per decode (with a T,H,W shape)")
     p.add_argument("--dtype", default="float32", help="float32|bfloat16 (fp32/bf16 accepted)")
     p.add_argument("--mesh", default=None, help="e.g. dp=1,tp=8 (default: every device on tp)")
@@ -97,21 +102,25 @@ def _load_upstream(model: str, seed: int):
 
 
 def _shapes(args: argparse.Namespace, channels: int) -> list[tuple[int, ...]]:
-    values = [int(v) for v in args.shape.split(",")]
-    if len(values) == 5:
-        base = values
-    elif len(values) == 3:
-        base = [args.batch, channels, *values]
-    else:
-        raise SystemExit(f"error: --shape takes T,H,W or B,C,T,H,W, got {args.shape!r}")
-    if base[1] != channels:
-        raise SystemExit(f"error: the model has {channels} latent channels, --shape says {base[1]}")
+    shapes = []
+    for text in args.shape or ["3,8,8"]:
+        values = [int(v) for v in text.split(",")]
+        if len(values) == 3:
+            values = [args.batch, channels, *values]
+        elif len(values) != 5:
+            raise SystemExit(f"error: --shape takes T,H,W or B,C,T,H,W, got {text!r}")
+        if values[1] != channels:
+            raise SystemExit(f"error: the model has {channels} latent channels, --shape says {values[1]}")
+        shapes.append(tuple(values))
     if not args.sweep:
-        return [tuple(base)]
+        return shapes
+    if len(shapes) > 1:
+        raise SystemExit("error: --sweep takes one --shape to sweep from")
+    b, c, t, h, w = shapes[0]
     sweep = [int(v) for v in (args.sweep_values or SWEEP_DEFAULTS[args.sweep]).split(",")]
     if args.sweep == "frames":
-        return [(base[0], base[1], t, base[3], base[4]) for t in sweep]
-    return [(base[0], base[1], base[2], s, s) for s in sweep]
+        return [(b, c, v, h, w) for v in sweep]
+    return [(b, c, t, v, v) for v in sweep]
 
 
 def _latents(shape: tuple[int, ...], seed: int):
@@ -474,7 +483,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         "versions": {"jax": jax.__version__, "torch": torch.__version__, **_other_versions()},
         "config": {"model": args.model, **_json_config(upstream.config)},
         "shape": list(shapes[0]),
-        "sweep": {"axis": args.sweep, "shapes": [list(s) for s in shapes]} if args.sweep else None,
+        "shapes": [list(s) for s in shapes],
+        "sweep": args.sweep,
         "dtype": dtype,
         "mesh": dict(mesh.shape),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -612,7 +622,7 @@ def plot(report: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    axis = (report.get("sweep") or {}).get("axis") or "frames"
+    axis = report.get("sweep") or "frames"
     index = 2 if axis == "frames" else 3
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     for system in dict.fromkeys(r["system"] for r in report["results"]):

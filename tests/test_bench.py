@@ -73,3 +73,13 @@ def test_bench_compile_only_runs_nothing():
     ours = report["results"][0]
     assert ours["temp_bytes"] > 0 and ours["steady_s"] is None and ours["flops"] > 0
     assert "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED" in report["xla_flags"]
+
+
+def test_wall_time_goes_to_the_running_op_or_the_last_to_end():
+    from bench.profile import wall_time_by_op
+
+    # a runs 0-10, then nothing until b starts at 20 (a's worker threads on
+    # XLA:CPU); c starts inside b and is charged while it runs.
+    charged = wall_time_by_op([(0, 10, "a"), (20, 30, "b"), (25, 27, "c"), (28, 29, "c")])
+    assert charged == {"a": (20, 1), "b": (7, 1), "c": (3, 2)}
+    assert sum(ns for ns, _ in charged.values()) == 30  # the whole span, nothing twice
