@@ -19,6 +19,17 @@ Z = torch.randn((1, 4, 2, 3, 4), generator=torch.Generator().manual_seed(3))
 
 
 @pytest.fixture(scope="module")
+def tiny_upstream():
+    """This module's own tiny VAE (the session one's seed and weights).
+
+    `save_pretrained` writes `_class_name` and `_diffusers_version` into the
+    module's config; saving the session fixture would change its config
+    under every later test that compares configs.
+    """
+    return ct.random_upstream("tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
 def saved(tiny_upstream, tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny_vae")
     tiny_upstream.save_pretrained(folder)
