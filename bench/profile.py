@@ -39,16 +39,6 @@ _COMPUTATION_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*[({].*\{\s*$")
 _INSTRUCTION_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][a-z0-9\-]*)\(")
 _CALLS_RE = re.compile(r"calls=%?([\w.\-]+)")
 
-CATEGORIES = (
-    "convolution",
-    "matmul",
-    "reduction",
-    "elementwise",
-    "transpose/copy",
-    "pad/slice/concat",
-    "other",
-)
-
 
 def _parse_hlo(hlo_text: str) -> tuple[dict[str, str], dict[str, list[str]], dict[str, str]]:
     """Maps instruction -> opcode, computation -> its opcodes, fusion -> called computation."""
