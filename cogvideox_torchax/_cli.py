@@ -108,6 +108,34 @@ class Stage:
         self._bar.close()
 
 
+def load_stage(args: argparse.Namespace, show_memory: bool):
+    """The "load" stage: the model on its devices. Returns ``(vae, stage)``."""
+    import jax
+
+    from cogvideox_torchax import memory
+
+    with Stage("load", 1, "model", args.quiet) as stage:
+        vae = load_model(args)
+        jax.block_until_ready(vae.weights)
+        stage.tick()
+    if show_memory:
+        memory.report("load")
+    return vae, stage
+
+
+def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[int, ...], args, show_memory: bool):
+    """The "compile" stage: ``compile_for(shape)``, counting cache hits. Returns ``(stage, cache_events)``."""
+    from cogvideox_torchax import compile_cache, memory
+
+    with Stage("compile", 1, "program", args.quiet) as stage:
+        with compile_cache.count_cache_events() as cache_events:
+            compile_for(tuple(shape))
+        stage.tick()
+    if show_memory:
+        memory.report("compile")
+    return stage, cache_events
+
+
 def one_line(e: BaseException) -> str:
     # ModelLoadError, LatentsError, FramesError and OutputError are
     # ValueErrors with a message written for the user; anything else is ours

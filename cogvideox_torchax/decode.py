@@ -64,7 +64,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Decodes as the parsed arguments say and returns the summary."""
-    from cogvideox_torchax import compile_cache, latents, memory, video
+    from cogvideox_torchax import latents, memory, video
 
     _check_args(args)
     show_memory = args.memory_report or memory.enabled_by_env()
@@ -78,24 +78,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
     cache_dir = _cli.compile_cache_from_args(args)
-    with Stage("load", 1, "model", args.quiet) as load:
-        vae = _cli.load_model(args)
-        jax.block_until_ready(vae.weights)
-        load.tick()
-    if show_memory:
-        memory.report("load")
+    vae, load = _cli.load_stage(args, show_memory)
     config = vae.config
     z, layout = latents.prepare(
         z, config.latent_channels, config.scaling_factor, layout=args.layout, unscale=args.unscale
     )
     vae.check_latents(z.shape)
 
-    with Stage("compile", 1, "program", args.quiet) as compile_stage:
-        with compile_cache.count_cache_events() as cache_events:
-            vae.compile_decode(z.shape)
-        compile_stage.tick()
-    if show_memory:
-        memory.report("compile")
+    compile_stage, cache_events = _cli.compile_stage(vae.compile_decode, z.shape, args, show_memory)
 
     batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
     with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:

@@ -74,7 +74,7 @@ def _check_args(args: argparse.Namespace) -> tuple[int, int] | None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Encodes as the parsed arguments say and returns the summary."""
-    from cogvideox_torchax import compile_cache, frames, latents, memory
+    from cogvideox_torchax import frames, latents, memory
 
     size = _check_args(args)
     show_memory = args.memory_report or memory.enabled_by_env()
@@ -90,20 +90,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     cache_dir = _cli.compile_cache_from_args(args)
-    with Stage("load", 1, "model", args.quiet) as load:
-        vae = _cli.load_model(args)
-        jax.block_until_ready(vae.weights)
-        load.tick()
-    if show_memory:
-        memory.report("load")
+    vae, load = _cli.load_stage(args, show_memory)
     vae.check_video(x.shape)
 
-    with Stage("compile", 1, "program", args.quiet) as compile_stage:
-        with compile_cache.count_cache_events() as cache_events:
-            vae.compile_encode(x.shape)
-        compile_stage.tick()
-    if show_memory:
-        memory.report("compile")
+    compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
 
     num_frames = x.shape[2]
     with Stage("encode", num_frames, "frame", args.quiet) as encode:

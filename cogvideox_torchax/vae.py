@@ -51,6 +51,15 @@ def _to_numpy(x: torch.Tensor | np.ndarray | jax.Array, np_dtype: Any) -> np.nda
     return np.asarray(x).astype(np_dtype, copy=False)
 
 
+def _check_5d(shape: tuple[int, ...], what: str, layout: str, channels: int) -> None:
+    if len(shape) != 5:
+        raise ValueError(f"{what} must be {layout}, got shape {tuple(shape)}")
+    if shape[1] != channels:
+        raise ValueError(f"{what} must have {channels} channels (dim 1), got shape {tuple(shape)}")
+    if min(shape) < 1:
+        raise ValueError(f"{what} shape {tuple(shape)} has an empty dimension")
+
+
 # What `TorchaxVAE` offers of upstream's surface; other upstream attributes
 # raise `UnsupportedAttributeError` naming this list.
 INFERENCE_SURFACE = (
@@ -219,13 +228,7 @@ class TorchaxVAE:
 
     def check_latents(self, shape: tuple[int, ...]) -> None:
         """Raises ValueError unless ``shape`` is a decodable (B, C, T, H, W)."""
-        channels = self.config.latent_channels
-        if len(shape) != 5:
-            raise ValueError(f"latents must be (B, C, T, H, W), got shape {tuple(shape)}")
-        if shape[1] != channels:
-            raise ValueError(f"latents must have {channels} channels (dim 1), got shape {tuple(shape)}")
-        if min(shape) < 1:
-            raise ValueError(f"latents have an empty dimension: shape {tuple(shape)}")
+        _check_5d(shape, "latents", "(B, C, T, H, W)", self.config.latent_channels)
 
     def _device_input(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         arr = _to_numpy(x, np.dtype(self._options.jax_dtype))
@@ -326,13 +329,7 @@ class TorchaxVAE:
         counts ``8 k + 1`` (1, 9, ..., 49) and sizes divisible by 8 decode
         back to the same frame count and size.
         """
-        channels = self.config.in_channels
-        if len(shape) != 5:
-            raise ValueError(f"video must be (B, C, F, H, W), got shape {tuple(shape)}")
-        if shape[1] != channels:
-            raise ValueError(f"video must have {channels} channels (dim 1), got shape {tuple(shape)}")
-        if min(shape) < 1:
-            raise ValueError(f"video has an empty dimension: shape {tuple(shape)}")
+        _check_5d(shape, "video", "(B, C, F, H, W)", self.config.in_channels)
 
     def encode_jax(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         """Encodes on device and returns the encoder's moments as a JAX array (no host copy).

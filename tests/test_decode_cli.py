@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 import cogvideox_torchax as ct
 from cogvideox_torchax.decode import main
 from cogvideox_torchax.video import read_mp4, to_uint8
+from tests.cli import assert_bad_input
 from tests.parity import assert_close
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -152,15 +153,7 @@ def test_layout_override_resolves_ambiguity(tmp_path, capsys):
 
 
 def _bad(tmp_path, capsys, argv, message):
-    before = sorted(tmp_path.rglob("*"))
-    assert main([*argv, "--no-compile-cache"]) == 2
-    err = capsys.readouterr().err
-    # Progress bars of the stages that finished may come first; the error is
-    # the last line, alone, with no traceback.
-    last = err.rstrip("\n").split("\n")[-1]
-    assert last.startswith("error: ") and "Traceback" not in err, err
-    assert re.search(message, last), err
-    assert sorted(tmp_path.rglob("*")) == before  # nothing written, no temp left
+    assert_bad_input(main, tmp_path, capsys, argv, message)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ and compare with the library encode of the same frames.
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 
@@ -22,6 +21,7 @@ import cogvideox_torchax as ct
 from cogvideox_torchax import frames
 from cogvideox_torchax.encode import main
 from cogvideox_torchax.video import read_mp4, write_mp4
+from tests.cli import assert_bad_input
 from tests.parity import assert_close
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -137,13 +137,7 @@ def test_video_tensor_is_diffusers_normalisation():
 
 
 def _bad(tmp_path, capsys, argv, message):
-    before = sorted(tmp_path.rglob("*"))
-    assert main([*argv, "--no-compile-cache"]) == 2
-    err = capsys.readouterr().err
-    last = err.rstrip("\n").split("\n")[-1]
-    assert last.startswith("error: ") and "Traceback" not in err, err
-    assert re.search(message, last), err
-    assert sorted(tmp_path.rglob("*")) == before  # nothing written, no temp left
+    assert_bad_input(main, tmp_path, capsys, argv, message)
 
 
 @pytest.fixture
