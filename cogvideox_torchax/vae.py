@@ -131,6 +131,8 @@ class TorchaxVAE:
             patches.apply_conv_cache_trim(module)
         if options.cache_first:
             patches.apply_cache_first(module)
+        if options.time_tap_conv:
+            patches.apply_time_tap_conv(module)
         if options.frame_scan:
             frame_scan.apply_frame_scan(module)
         if options.tile_batching:

@@ -30,7 +30,10 @@ def test_scanned_program_does_not_grow_with_length(tiny_upstream):
     # ... and once per frame batch unrolled: 2, 4 and 6 batches.
     assert counts[5][1] < counts[9][1] < counts[13][1]
     per_batch = (counts[13][1] - counts[9][1]) / 2
-    assert per_batch > 0.2 * counts[5][1]
+    # Jitted kernels lower to shared functions called once per use, so a
+    # batch adds its calls and glue, not the kernels' bodies (~18 % of the
+    # 5-frame program with kernels.causal_conv).
+    assert per_batch > 0.1 * counts[5][1]
 
 
 @pytest.mark.parametrize(

@@ -149,3 +149,13 @@ def test_frame_scan_and_tile_batching_compose_in_either_order(fresh, order):
         assert apply(fresh) == 1
     assert type(fresh) is tiling.BatchedTilesFrameScanCogVideoX
     assert frame_scan.apply_frame_scan(fresh) == 0 and tiling.apply_tile_batching(fresh) == 0
+
+
+def test_time_tap_patch_follows_cache_first_and_keeps_eager_results(fresh):
+    z = torch.randn(1, 4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    before = upstream_decode(fresh, z)
+    assert patches.apply_time_tap_conv(fresh) == 0  # nothing cache-first yet
+    n = patches.apply_cache_first(fresh)
+    assert patches.apply_time_tap_conv(fresh) == n > 0
+    assert patches.apply_time_tap_conv(fresh) == 0
+    assert_close(upstream_decode(fresh, z), before, atol=1e-6, label="time taps, eager")

@@ -1,0 +1,106 @@
+"""kernels.causal_conv and its patch against upstream's `CogVideoXCausalConv3d`, batch after batch."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
+
+import cogvideox_torchax as ct
+from cogvideox_torchax import patches
+from kernels.causal_conv import causal_conv3d, causal_conv3d_reference, state_shape
+from tests.conftest import seeded_latents, upstream_decode
+from tests.parity import assert_close
+
+# Batch lengths as the decoder sees them (3 then 2s), and shorter than the
+# cache (1 frame) where the new state still holds the previous one's sums.
+SEQUENCES = [[3, 2, 2], [1, 1, 2, 1], [2, 1, 3]]
+
+
+def _upstream_conv(c_in, c_out, seed, kernel=3):
+    torch.manual_seed(seed)
+    return CogVideoXCausalConv3d(c_in, c_out, kernel_size=kernel, pad_mode="first").eval()
+
+
+def _batches(sizes, c, h, w, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, c, t, h, w, generator=g) for t in sizes]
+
+
+@pytest.mark.parametrize("sizes", SEQUENCES, ids=str)
+def test_batches_match_upstream_module(sizes):
+    module = _upstream_conv(6, 5, seed=0)
+    weight, bias = jnp.asarray(module.conv.weight.detach().numpy()), jnp.asarray(module.conv.bias.detach().numpy())
+    cache, state = None, None
+    for i, x in enumerate(_batches(sizes, 6, 7, 9, seed=1)):
+        with torch.no_grad():
+            expected, cache = module(x, conv_cache=cache)
+        got, state = causal_conv3d(jnp.asarray(x.numpy()), state, weight, bias, padding_hw=(1, 1))
+        assert state.shape == state_shape(x.shape, weight.shape, (1, 1)) == (2, 2, 7, 9, 5)
+        assert_close(np.asarray(got), expected.numpy(), atol=2e-5, label=f"batch {i} of {sizes}", check_dtype=False)
+
+
+@pytest.mark.parametrize("kernel", [2, 4])
+@pytest.mark.parametrize("sizes", [[3, 1, 1, 2], [1, 4]], ids=str)
+def test_other_time_kernels_match_the_reference(kernel, sizes):
+    rng = np.random.default_rng(kernel)
+    weight = jnp.asarray(rng.standard_normal((4, 3, kernel, 3, 3)), jnp.float32) * 0.3
+    cache, state = None, None
+    for i, t in enumerate(sizes):
+        x = jnp.asarray(rng.standard_normal((1, 3, t, 5, 4)), jnp.float32)
+        expected, cache = causal_conv3d_reference(x, cache, weight, None, padding_hw=(1, 1))
+        got, state = causal_conv3d(x, state, weight, None, padding_hw=(1, 1))
+        assert_close(got, expected, atol=2e-5, label=f"k={kernel} batch {i} of {sizes}")
+
+
+def test_flops_are_the_analytic_convolution_flops():
+    n, c, t, h, w, o, k = 1, 16, 8, 12, 10, 24, 3
+    x = jax.ShapeDtypeStruct((n, c, t, h, w), jnp.float32)
+    state = jax.ShapeDtypeStruct(state_shape(x.shape, (o, c, k, 3, 3), (1, 1)), jnp.float32)
+    weight = jax.ShapeDtypeStruct((o, c, k, 3, 3), jnp.float32)
+    bias = jax.ShapeDtypeStruct((o,), jnp.float32)
+    compiled = causal_conv3d.lower(x, state, weight, bias, padding_hw=(1, 1)).compile()
+    flops = compiled.cost_analysis()["flops"]
+    # Upstream's padded 3-D convolution's multiply-adds on real data (XLA
+    # does not count taps that land on the zero padding of H and W; the
+    # cache frames are data): (3h - 2)(3w - 2) spatial taps per frame.
+    analytic = 2 * n * t * c * o * k * (3 * h - 2) * (3 * w - 2)
+    print(f"[causal_conv] XLA flops / analytic = {flops / analytic:.4f}")
+    assert analytic <= flops <= 1.02 * analytic
+
+
+@pytest.mark.parametrize(
+    "wshape,bshape,match",
+    [((5, 4, 3, 3, 3), (5,), "in-channels"), ((5, 6, 3, 3, 3), (4,), "bias"), ((5, 6, 1, 3, 3), (5,), "time kernel")],
+)
+def test_bad_shapes_are_named(wshape, bshape, match):
+    with pytest.raises(ValueError, match=match):
+        causal_conv3d(jnp.zeros((1, 6, 2, 4, 4)), None, jnp.zeros(wshape), jnp.zeros(bshape), padding_hw=(1, 1))
+
+
+def test_patch_engages_on_cpu_fp32_only(tiny_upstream):
+    fast = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
+    assert any(type(m) is patches.TimeTapCausalConv3d for m in fast.module.modules())
+    fp32 = fast.lower_decode((1, 4, 3, 4, 4)).as_text()
+    # Each 3x3x3 causal conv becomes three 2-D convolutions: no rank-5 kernel is left.
+    assert not re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x3x\d+x\d+xf32>", fp32)
+    assert re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x\d+x\d+xf32>", fp32)
+    bf16 = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", dtype="bfloat16").lower_decode((1, 4, 3, 4, 4)).as_text()
+    assert re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x3x\d+x\d+xbf16>", bf16)
+
+
+def test_three_d_path_still_matches_upstream(tiny_upstream):
+    # What GPU, TPU and bf16 run, checked here on the CPU.
+    z = seeded_latents((1, 4, 5, 3, 4), seed=7)
+    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
+    assert not any(type(m) is patches.TimeTapCausalConv3d for m in vae.module.modules())
+    assert_close(vae.decode(z).sample, upstream_decode(tiny_upstream, z), atol=2e-5, label="time_tap_conv=False")
+
+
+def test_options_need_cache_first():
+    with pytest.raises(ValueError, match="cache_first"):
+        ct.RuntimeOptions(cache_first=False)
+    ct.RuntimeOptions(cache_first=False, time_tap_conv=False)
