@@ -68,6 +68,11 @@ class RuntimeOptions:
             conv cache (`patches.TimeTapCausalConv3d`, ~1.5x faster convs on
             XLA:CPU); GPU, TPU and bf16 keep one 3-D convolution. Needs
             ``cache_first``.
+        low_res_spatial_norm: SpatialNorm's 1x1x1 ``conv_y``/``conv_b`` run
+            on ``zq`` before its nearest resize, not after
+            (`patches.LowResSpatialNorm3D`): the same values without two
+            full-size tensors per norm. Applied on meshes with ``tp=1``
+            (width sharding materialises the resize anyway).
         frame_scan: decode the frame batches after the first with one
             `jax.lax.scan` (compile time independent of length); False keeps
             upstream's loop, unrolled into the jit. Needs ``trim_conv_cache``.
@@ -88,6 +93,7 @@ class RuntimeOptions:
     trim_conv_cache: bool = True
     cache_first: bool = True
     time_tap_conv: bool = True
+    low_res_spatial_norm: bool = True
     frame_scan: bool = True
     tile_batching: bool = True
     chunk_free_conv: bool = True

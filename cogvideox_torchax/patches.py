@@ -16,10 +16,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import (
     CogVideoXCausalConv3d,
     CogVideoXSafeConv3d,
+    CogVideoXSpatialNorm3D,
 )
 from diffusers.models.upsampling import CogVideoXUpsample3D
 from jax.sharding import Mesh
@@ -34,7 +37,7 @@ from kernels.causal_conv import causal_conv3d  # noqa: E402
 from kernels.conv import conv  # noqa: E402
 from kernels.group_norm import group_norm  # noqa: E402
 from kernels.silu import silu  # noqa: E402
-from kernels.upsample import nearest  # noqa: E402
+from kernels.upsample import nearest, nearest_indices  # noqa: E402
 
 
 def _is_torchax(x: Any) -> bool:
@@ -283,6 +286,71 @@ def apply_time_tap_conv(vae: torch.nn.Module) -> int:
         How many modules changed in this call (0 on a second call).
     """
     return _swap_class(vae, CacheFirstCausalConv3d, TimeTapCausalConv3d)
+
+
+def _take_axes(x: jax.Array, indices: tuple[np.ndarray, ...]) -> jax.Array:
+    for axis, idx in enumerate(indices, start=2):
+        if not np.array_equal(idx, np.arange(x.shape[axis])):
+            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis)
+    return x
+
+
+def _resize_like_upstream(t: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """Upstream's nearest resize of zq to f's (T, H, W), as one gather per axis.
+
+    Upstream resizes the first frame on its own when f has an odd number of
+    frames above one, and concatenates; written as index arrays there is no
+    concatenation, which a width-sharded program materialised at full size.
+    """
+    t_in, t_out = t.shape[2], f.shape[2]
+    if t_out > 1 and t_out % 2 == 1:
+        t_idx = np.concatenate([[0], 1 + nearest_indices(t_in - 1, t_out - 1)])
+    else:
+        t_idx = nearest_indices(t_in, t_out)
+    indices = (t_idx, *(nearest_indices(t.shape[a], f.shape[a]) for a in (3, 4)))
+    return interop.torch_view(functools.partial(_take_axes, indices=indices))(t)
+
+
+def _is_pointwise(conv: CogVideoXCausalConv3d) -> bool:
+    c = conv.conv
+    return tuple(c.kernel_size) == (1, 1, 1) and tuple(c.stride) == (1, 1, 1) and tuple(c.padding) == (0, 0, 0)
+
+
+class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
+    """`CogVideoXSpatialNorm3D` with ``conv_y``/``conv_b`` applied before the resize, under torchax.
+
+    Upstream resizes ``zq`` (latent size, 16 channels) to the feature map's
+    size and then applies two 1x1x1 convolutions to it: two full-size
+    tensors with the feature map's channel count, 2 x 3 GiB at 480x720, 256
+    channels, 9 frames in fp32, alive together at the decode's memory peak.
+    A 1x1x1 convolution acts on each position alone and a nearest resize
+    only repeats positions, so the two commute: here the convolutions run on
+    ``zq`` at its own size and the resize of their outputs (a broadcast)
+    fuses into the norm's multiply-add. The values are upstream's; the work
+    of the two convolutions shrinks by the resize factor.
+
+    Measured at 49 frames 480x720 (2b, fp32, one device, memory-optimized
+    scheduler): 15.63 -> 14.37 GiB of compiled temporary memory.
+    """
+
+    def forward(self, f: torch.Tensor, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None = None):
+        if not _is_torchax(f) or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b)):
+            return super().forward(f, zq, conv_cache)
+        conv_cache = conv_cache or {}
+        new_conv_cache = {}
+        y, new_conv_cache["conv_y"] = self.conv_y(zq, conv_cache=conv_cache.get("conv_y"))
+        b, new_conv_cache["conv_b"] = self.conv_b(zq, conv_cache=conv_cache.get("conv_b"))
+        new_f = self.norm_layer(f) * _resize_like_upstream(y, f) + _resize_like_upstream(b, f)
+        return new_f, new_conv_cache
+
+
+def apply_low_res_spatial_norm(vae: torch.nn.Module) -> int:
+    """Makes every `CogVideoXSpatialNorm3D` in ``vae`` a `LowResSpatialNorm3D`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return _swap_class(vae, CogVideoXSpatialNorm3D, LowResSpatialNorm3D)
 
 
 def apply_group_norm(vae: torch.nn.Module) -> int:

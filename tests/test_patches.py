@@ -1,10 +1,13 @@
 """Each apply_* patch alone: idempotent, state dict untouched, same result."""
 
+import re
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import torch
-from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafeConv3d
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafeConv3d, CogVideoXSpatialNorm3D
 
 import cogvideox_torchax as ct
 from cogvideox_torchax import frame_scan, patches, tiling
@@ -33,6 +36,7 @@ def _keys_and_shapes(m):
         patches.apply_conv_bias,
         patches.apply_conv_cache_trim,
         patches.apply_cache_first,
+        patches.apply_low_res_spatial_norm,
         frame_scan.apply_frame_scan,
         tiling.apply_tile_batching,
     ],
@@ -159,3 +163,34 @@ def test_time_tap_patch_follows_cache_first_and_keeps_eager_results(fresh):
     assert patches.apply_time_tap_conv(fresh) == n > 0
     assert patches.apply_time_tap_conv(fresh) == 0
     assert_close(upstream_decode(fresh, z), before, atol=1e-6, label="time taps, eager")
+
+
+def test_low_res_spatial_norm_builds_no_full_size_scale():
+    # conv_y/conv_b of a 64-channel SpatialNorm on an 8x larger feature map:
+    # upstream convolves the resized zq (a 64-channel full-size product);
+    # the patch convolves zq itself and the resize fuses downstream.
+    torch.manual_seed(0)
+    norm = CogVideoXSpatialNorm3D(f_channels=64, zq_channels=4, groups=8).eval()
+    f, zq = torch.randn(1, 64, 5, 16, 24), torch.randn(1, 4, 2, 2, 3)
+    with torch.no_grad():
+        expected, _ = norm(f, zq)
+    env = torchax.default_env()
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in norm.state_dict().items()}
+
+    def traced():  # a new function each time: jit caches traces per function
+        def run(f, zq):
+            with env, torch.no_grad():
+                p = {k: env.j2t_iso(v) for k, v in params.items()}
+                out, _ = torch.func.functional_call(norm, p, (env.j2t_iso(f), env.j2t_iso(zq)))
+            return env.t2j_iso(out)
+
+        return jax.jit(run)
+
+    args = (jnp.asarray(f.numpy()), jnp.asarray(zq.numpy()))
+    upstream_text = traced().lower(*args).as_text()
+    assert patches.apply_low_res_spatial_norm(norm) == 1
+    got = traced()(*args)
+    assert_close(np.asarray(got), expected.numpy(), atol=1e-5, label="low-res SpatialNorm", check_dtype=False)
+    text = traced().lower(*args).as_text()
+    full = r"stablehlo\.convolution[^\n]*-> tensor<1x64x5x16x24xf32>"
+    assert re.search(full, upstream_text) and not re.search(full, text)
