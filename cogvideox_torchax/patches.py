@@ -300,7 +300,7 @@ def _resize_like_upstream(t: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
 
     Upstream resizes the first frame on its own when f has an odd number of
     frames above one, and concatenates; written as index arrays there is no
-    concatenation, which a width-sharded program materialised at full size.
+    concatenation to materialise (a width-sharded program did, at full size).
     """
     t_in, t_out = t.shape[2], f.shape[2]
     if t_out > 1 and t_out % 2 == 1:
@@ -325,8 +325,8 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
     channels, 9 frames in fp32, alive together at the decode's memory peak.
     A 1x1x1 convolution acts on each position alone and a nearest resize
     only repeats positions, so the two commute: here the convolutions run on
-    ``zq`` at its own size and the resize of their outputs (a broadcast)
-    fuses into the norm's multiply-add. The values are upstream's; the work
+    ``zq`` at its own size and the resize of their outputs (one gather per
+    axis) fuses into the norm's multiply-add. The values are upstream's; the work
     of the two convolutions shrinks by the resize factor.
 
     Measured at 49 frames 480x720 (2b, fp32, one device, memory-optimized
