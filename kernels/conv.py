@@ -6,22 +6,32 @@ bf16 convolution (one rounding) followed by a bf16 add (a second rounding).
 Over the decoder's ~30 convolutions that second rounding alone cost about
 0.5 dB PSNR against the fp32 decode. Here the convolution returns its fp32
 accumulator (``preferred_element_type``), the bias is added in fp32, and the
-result is rounded once. The fp32 value only feeds that add and the cast, an
-elementwise epilogue XLA fuses into or right behind the convolution.
+result is rounded once. On XLA:CPU the fp32 value only feeds that add and
+the cast, an elementwise epilogue fused right behind the convolution. On a
+GPU it is not fused: cuDNN writes the fp32 accumulator out in full, and a
+bf16 256->128 3x3x3 conv on (1,256,11,768,1360) took 78 ms with fp32
+output against 35 ms with bf16 output (H100, issue 14). So the bias goes
+into the accumulator only where a `ConvPolicy` says so (``bias_in_fp32``).
 
-In fp32 this is exactly ``conv + bias``.
+In fp32 both ways are exactly ``conv + bias``.
 
 On the CPU the convolution is written channels-last (NDHWC with explicit
 transposes around it). Outside loops XLA:CPU inserts the same transposes
 itself; inside a `jax.lax.scan` body it does not, and runs a channels-first
 convolution ~40x slower (jax-ml/jax#12868; measured here: 128->128 3x3x3 on
 4x32x32, 23 s scanned vs 0.55 s unrolled, 0.58 s scanned channels-last).
-The frame-batch scan is such a loop. GPU and TPU keep the layout XLA picks.
+The frame-batch scan is such a loop.
+
+What differs per backend is one `ConvPolicy` (chosen by
+`cogvideox_torchax.plan`): the layout, where a bf16 bias is added, and the
+largest operand a convolution may have before it is split.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from collections.abc import Sequence
 
 import jax
@@ -30,9 +40,33 @@ import jax.numpy as jnp
 _SPATIAL = {1: "H", 2: "HW", 3: "DHW"}
 
 
-def _channels_last_default() -> bool:
-    # Decided at trace time from the backend the program is built for.
-    return jax.default_backend() == "cpu"
+@dataclasses.dataclass(frozen=True)
+class ConvPolicy:
+    """How `conv` runs on one backend; the static arguments it takes besides the shapes.
+
+    Attributes:
+        channels_last: compute in channels-last layout (explicit transposes
+            around the convolution). Same result.
+        bias_in_fp32: add the bias to the fp32 accumulator and round once;
+            False lets the convolution itself emit ``x.dtype`` and adds the
+            bias after (a second rounding in bf16, no fp32 activation).
+            Identical in fp32.
+        max_elements: split a convolution whose input or output would hold
+            more elements than this into several along the batch or the
+            first spatial axis (with its halo); None never splits.
+    """
+
+    channels_last: bool = False
+    bias_in_fp32: bool = True
+    max_elements: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_elements is not None and (not isinstance(self.max_elements, int) or self.max_elements < 1):
+            raise ValueError(f"max_elements must be a positive int or None, got {self.max_elements!r}")
+
+    def kwargs(self) -> dict[str, object]:
+        """The keyword arguments of `conv` this policy sets."""
+        return dataclasses.asdict(self)
 
 
 def _dimension_numbers(ndim: int) -> tuple[str, str, str]:
@@ -51,7 +85,10 @@ def _check(x: jax.Array, weight: jax.Array, bias: jax.Array | None, groups: int)
         raise ValueError(f"bias must have shape ({weight.shape[0]},): {bias.shape=}")
 
 
-@functools.partial(jax.jit, static_argnames=("stride", "padding", "dilation", "groups", "channels_last"))
+@functools.partial(
+    jax.jit,
+    static_argnames=("stride", "padding", "dilation", "groups", "channels_last", "bias_in_fp32", "max_elements"),
+)
 def conv(
     x: jax.Array,  # (N, C_in, *spatial)
     weight: jax.Array,  # (C_out, C_in // groups, *kernel)
@@ -61,7 +98,9 @@ def conv(
     padding: Sequence[int],
     dilation: Sequence[int],
     groups: int = 1,
-    channels_last: bool | None = None,
+    channels_last: bool = False,
+    bias_in_fp32: bool = True,
+    max_elements: int | None = None,
 ) -> jax.Array:  # (N, C_out, *spatial_out), x.dtype
     """`torch.nn.functional.conv{1,2,3}d` with zero padding, rounding once.
 
@@ -73,21 +112,104 @@ def conv(
         padding: symmetric zero padding per spatial dim.
         dilation: per spatial dim.
         groups: feature groups.
-        channels_last: compute in channels-last layout; None picks it on
-            the CPU backend (see the module docstring). Same result.
+        channels_last, bias_in_fp32, max_elements: see `ConvPolicy`.
 
     Returns:
-        The convolution in ``x.dtype``, accumulated and biased in fp32.
+        The convolution in ``x.dtype``, accumulated in fp32 (biased there
+        too with ``bias_in_fp32``).
     """
     _check(x, weight, bias, groups)
-    if channels_last is None:
-        channels_last = _channels_last_default()
+    stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
+    one = functools.partial(
+        _conv_one,
+        weight=weight,
+        bias=bias,
+        stride=stride,
+        dilation=dilation,
+        groups=groups,
+        channels_last=channels_last,
+        bias_in_fp32=bias_in_fp32,
+    )
+    out_shape = _out_shape(x.shape, weight.shape, stride, padding, dilation)
+    if max_elements is None or max(math.prod(x.shape), math.prod(out_shape)) <= max_elements:
+        return one(x, padding=padding)
+    return _split(x, out_shape, weight.shape, stride, padding, dilation, max_elements, one)
+
+
+def _out_shape(x_shape, w_shape, stride, padding, dilation) -> tuple[int, ...]:
+    spatial = tuple(
+        (n + 2 * p - d * (k - 1) - 1) // s + 1
+        for n, k, s, p, d in zip(x_shape[2:], w_shape[2:], stride, padding, dilation, strict=True)
+    )
+    return (x_shape[0], w_shape[0], *spatial)
+
+
+def _split(x, out_shape, w_shape, stride, padding, dilation, max_elements, one) -> jax.Array:
+    """Runs ``one`` on pieces of ``x`` whose inputs and outputs hold at most ``max_elements`` each.
+
+    cuDNN's convolutions crawl (or fail) once an operand reaches 2^31
+    elements; upstream's `CogVideoXSafeConv3d` chunks in time for the same
+    reason. Pieces go along the batch when one sample fits, else along the
+    first spatial axis (time for the 3-D convs) with its halo of
+    ``dilation * (kernel - 1)`` input rows. Each piece is the same
+    arithmetic as the whole, so the result is unchanged.
+    """
+    n = x.shape[0]
+    per_sample = max(math.prod(x.shape[1:]), math.prod(out_shape[1:]))
+    if n > 1:
+        size = max(1, max_elements // per_sample)
+        pieces = []
+        for i in range(0, n, size):
+            piece = x[i : i + size]
+            if per_sample * piece.shape[0] <= max_elements:
+                pieces.append(one(piece, padding=padding))
+            else:
+                piece_out = (piece.shape[0], *out_shape[1:])
+                pieces.append(_split(piece, piece_out, w_shape, stride, padding, dilation, max_elements, one))
+        return jnp.concatenate(pieces, axis=0)
+    # Along the first spatial axis: its padding is applied here, once, so
+    # that every piece is a plain valid slice.
+    if padding[0]:
+        x = jnp.pad(x, [(0, 0), (0, 0), (padding[0], padding[0])] + [(0, 0)] * (x.ndim - 3))
+    s, d, k = stride[0], dilation[0], w_shape[2]
+    rows_out = out_shape[2]
+    in_row = math.prod(x.shape[:2]) * math.prod(x.shape[3:])
+    out_row = math.prod(out_shape[:2]) * math.prod(out_shape[3:])
+    size = rows_out
+    while size > 1 and max(((size - 1) * s + d * (k - 1) + 1) * in_row, size * out_row) > max_elements:
+        size -= 1
+    if max(((size - 1) * s + d * (k - 1) + 1) * in_row, size * out_row) > max_elements:
+        raise ValueError(
+            f"cannot split a convolution of {x.shape=}, weight {tuple(w_shape)} below {max_elements=} elements"
+        )
+    pieces = []
+    for a in range(0, rows_out, size):
+        b = min(a + size, rows_out)
+        piece = jax.lax.slice_in_dim(x, a * s, (b - 1) * s + d * (k - 1) + 1, axis=2)
+        pieces.append(one(piece, padding=(0, *padding[1:])))
+    return jnp.concatenate(pieces, axis=2)
+
+
+def _conv_one(
+    x: jax.Array,
+    *,
+    weight: jax.Array,
+    bias: jax.Array | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    channels_last: bool,
+    bias_in_fp32: bool,
+) -> jax.Array:
+    acc_dtype = jnp.float32 if bias_in_fp32 else None
+    bias_dtype = jnp.float32 if bias_in_fp32 else x.dtype
     kwargs = dict(
-        window_strides=tuple(stride),
+        window_strides=stride,
         padding=[(p, p) for p in padding],
-        rhs_dilation=tuple(dilation),
+        rhs_dilation=dilation,
         feature_group_count=groups,
-        preferred_element_type=jnp.float32,
+        preferred_element_type=acc_dtype,
     )
     w = weight.astype(x.dtype)
     n = x.ndim
@@ -99,13 +221,13 @@ def conv(
             x.transpose(to_last), w.transpose((*range(2, n), 1, 0)), dimension_numbers=numbers, **kwargs
         )
         if bias is not None:
-            acc = acc + bias.astype(jnp.float32)
+            acc = acc + bias.astype(bias_dtype)
         # Transposed back after the cast: the fp32 accumulator only ever
         # feeds the bias add and the cast.
         return acc.astype(x.dtype).transpose((0, n - 1, *range(1, n - 1)))
     acc = jax.lax.conv_general_dilated(x, w, dimension_numbers=_dimension_numbers(n), **kwargs)
     if bias is not None:
-        acc = acc + bias.astype(jnp.float32).reshape((1, -1) + (1,) * (n - 2))
+        acc = acc + bias.astype(bias_dtype).reshape((1, -1) + (1,) * (n - 2))
     return acc.astype(x.dtype)
 
 

@@ -1,6 +1,7 @@
 """The kernels (group_norm, silu, conv) against torch and their own fp32 references."""
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -163,6 +164,52 @@ def test_conv_matches_torch_fp32(shape, wshape, kw, with_bias, channels_last):
     assert_close(got, expected, atol=1e-5, rtol=1e-5, label=f"conv fp32 {shape}")
     ref = np.asarray(conv_reference(jnp.asarray(x), jnp.asarray(w), None if b is None else jnp.asarray(b), **kw))
     assert_close(ref, expected, atol=1e-5, rtol=1e-5, label=f"conv_reference fp32 {shape}")
+
+
+@pytest.mark.parametrize(
+    "shape,wshape,kw,limit,pieces",
+    [
+        # Batch pieces (the upsamplers' 2-D convs run frames as the batch).
+        ((6, 4, 5, 7), (5, 4, 3, 3), dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1)), 600, 2),
+        # Batch, then time with the causal halo inside each sample.
+        ((3, 4, 6, 5, 7), (5, 4, 3, 3, 3), dict(stride=(1, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 1)), 700, 6),
+        # Time, with time padding, stride and dilation.
+        ((1, 4, 9, 5, 7), (5, 4, 3, 3, 3), dict(stride=(2, 1, 1), padding=(1, 1, 1), dilation=(1, 1, 1)), 700, 3),
+        ((1, 4, 9, 5, 7), (5, 4, 3, 1, 1), dict(stride=(1, 1, 1), padding=(0, 0, 0), dilation=(2, 1, 1)), 1000, 2),
+    ],
+)
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_split_conv_equals_the_whole(shape, wshape, kw, limit, pieces, channels_last):
+    rng = np.random.default_rng(0)
+    x, w, b = (jnp.asarray(rng.standard_normal(s), jnp.float32) for s in (shape, wshape, wshape[:1]))
+    split = jax.jit(lambda x: conv(x, w, b, channels_last=channels_last, max_elements=limit, **kw))
+    text = split.lower(x).as_text()
+    assert text.count("stablehlo.convolution") == pieces
+    # Every convolution operand and result within the limit (weights are smaller still).
+    conv_lines = [ln for ln in text.splitlines() if "stablehlo.convolution" in ln]
+    for ln in conv_lines:
+        dims = re.findall(r"tensor<([\dx]+)xf32>", ln.rsplit(" : ", 1)[-1])
+        assert all(math.prod(int(d) for d in t.split("x")) <= limit for t in dims), ln
+    # fp32 summation order differs between the pieces and the whole.
+    assert_close(split(x), conv_reference(x, w, b, **kw), atol=2e-5, label=f"split conv {shape} <= {limit}")
+
+
+def test_split_conv_refuses_what_cannot_fit():
+    x = jnp.zeros((1, 4, 9, 5, 7), jnp.float32)
+    w = jnp.zeros((5, 4, 3, 1, 1), jnp.float32)
+    with pytest.raises(ValueError, match="cannot split a convolution"):
+        conv(x, w, None, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(2, 1, 1), max_elements=600)
+
+
+def test_conv_bias_after_rounding_emits_bf16_from_the_convolution():
+    x = jnp.ones((1, 4, 3, 5, 5), jnp.bfloat16)
+    w = jnp.ones((4, 4, 3, 3, 3), jnp.bfloat16)
+    b = jnp.ones((4,), jnp.bfloat16)
+    kw = dict(stride=(1, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 1))
+    after = jax.jit(lambda x: conv(x, w, b, bias_in_fp32=False, **kw)).lower(x).as_text()
+    inside = jax.jit(lambda x: conv(x, w, b, **kw)).lower(x).as_text()
+    conv_out = lambda text: [ln.rsplit("->", 1)[-1] for ln in text.splitlines() if "stablehlo.convolution" in ln]  # noqa: E731
+    assert all("bf16" in t for t in conv_out(after)) and all("f32" in t and "bf16" not in t for t in conv_out(inside))
 
 
 def test_conv_bf16_rounds_once_like_torch():
