@@ -29,7 +29,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--model",
         default="THUDM/CogVideoX-2b",
         help=f"local diffusers folder, hub id, or {RANDOM_PREFIX}cogvideox-2b / {RANDOM_PREFIX}cogvideox-5b / "
-        f"{RANDOM_PREFIX}tiny (seeded random weights, no download); default THUDM/CogVideoX-2b",
+        f"{RANDOM_PREFIX}cogvideox-1.5 / {RANDOM_PREFIX}tiny (seeded random weights, no download); "
+        "default THUDM/CogVideoX-2b",
     )
     p.add_argument("--subfolder", default=None, help="VAE folder inside --model (default 'vae' for hub ids)")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (fp32/bf16)")

@@ -44,6 +44,12 @@ def canonical_dtype(dtype: str | torch.dtype) -> str:
 class RuntimeOptions:
     """How the upstream VAE is run; validated on construction.
 
+    Every switch below is ``None`` (the default: on wherever
+    `cogvideox_torchax.plan` says it applies to the target), ``True`` (on;
+    building a VAE for a target where it cannot apply raises ValueError
+    saying why) or ``False`` (off, for comparison). ``vae.plan`` lists what
+    runs.
+
     Attributes:
         dtype: compute and weight dtype, ``"float32"`` or ``"bfloat16"``.
         group_norm: replace `nn.GroupNorm` with `kernels.group_norm` (fp32
@@ -51,9 +57,10 @@ class RuntimeOptions:
             lowering of the upstream op, for comparison.
         silu: replace `nn.SiLU` with `kernels.silu` (rounds once in bf16,
             as torch does; torchax's lowering rounds twice).
-        conv_bias: add convolution biases inside the fp32 accumulator and
-            round once, as torch's bf16 convolutions do (`kernels.conv`);
-            torchax's lowering rounds the convolution and then the add.
+        conv_bias: run every convolution through `kernels.conv` with the
+            target's `kernels.conv.ConvPolicy` (layout, bias rounding,
+            splitting of convolutions too large for cuDNN); False keeps
+            torchax's lowering.
         nearest_upsample: ``F.interpolate(mode="nearest")`` by
             `kernels.upsample.nearest`, in the activation dtype (torchax's
             fallback gathers from an fp32 copy).
@@ -63,16 +70,14 @@ class RuntimeOptions:
             ordered by optimization barriers (`patches.CacheFirstCausalConv3d`),
             so chained decoder calls do not keep each call's full-size
             activations alive (92 GB instead of ~16 GB at 49 frames 480x720).
-        time_tap_conv: on the CPU backend in fp32, causal convs run as one
-            2-D convolution per time tap and carry partial sums as their
-            conv cache (`patches.TimeTapCausalConv3d`, ~1.5x faster convs on
-            XLA:CPU); GPU, TPU and bf16 keep one 3-D convolution. Needs
-            ``cache_first``.
+        time_tap_conv: causal convs run as one 2-D convolution per time tap
+            and carry partial sums as their conv cache
+            (`patches.TimeTapCausalConv3d`, ~1.5x faster convs on XLA:CPU).
+            CPU and fp32 only. Needs ``cache_first``.
         low_res_spatial_norm: SpatialNorm's 1x1x1 ``conv_y``/``conv_b`` run
             on ``zq`` before its nearest resize, not after
             (`patches.LowResSpatialNorm3D`): the same values without two
-            full-size tensors per norm. Applied on meshes with ``tp=1``
-            (width sharding materialises the resize anyway).
+            full-size tensors per norm. Meshes with ``tp=1`` only.
         frame_scan: decode the frame batches after the first with one
             `jax.lax.scan` (compile time independent of length); False keeps
             upstream's loop, unrolled into the jit. Needs ``trim_conv_cache``.
@@ -80,34 +85,49 @@ class RuntimeOptions:
             decode equal-shape tiles together, one per ``dp`` replica per
             scan step; False traces upstream's loop, one decoder per tile.
         chunk_free_conv: run `CogVideoXSafeConv3d` as one convolution instead
-            of upstream's memory-size chunking.
+            of upstream's memory-size chunking. On a GPU only together with
+            ``conv_bias``, whose kernel splits what cuDNN cannot take.
         shard_activations: constrain activations to split width over ``tp``
-            and batch over ``dp``; a no-op on a one-device mesh.
+            and batch over ``dp``; meshes of more than one device.
+        conv_split_elements: split any convolution whose input or output
+            would hold more elements than this (`kernels.conv.ConvPolicy`);
+            None takes the target's limit (below 2^31 on GPUs, none
+            elsewhere). Needs ``conv_bias``.
     """
 
     dtype: str = "float32"
-    group_norm: bool = True
-    silu: bool = True
-    conv_bias: bool = True
-    nearest_upsample: bool = True
-    trim_conv_cache: bool = True
-    cache_first: bool = True
-    time_tap_conv: bool = True
-    low_res_spatial_norm: bool = True
-    frame_scan: bool = True
-    tile_batching: bool = True
-    chunk_free_conv: bool = True
-    shard_activations: bool = True
+    group_norm: bool | None = None
+    silu: bool | None = None
+    conv_bias: bool | None = None
+    nearest_upsample: bool | None = None
+    trim_conv_cache: bool | None = None
+    cache_first: bool | None = None
+    time_tap_conv: bool | None = None
+    low_res_spatial_norm: bool | None = None
+    frame_scan: bool | None = None
+    tile_batching: bool | None = None
+    chunk_free_conv: bool | None = None
+    shard_activations: bool | None = None
+    conv_split_elements: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
-        for name in (f.name for f in dataclasses.fields(self) if f.name != "dtype"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.time_tap_conv and not self.cache_first:
-            raise ValueError("time_tap_conv=True needs cache_first=True")
-        if self.frame_scan and not self.trim_conv_cache:
-            raise ValueError("frame_scan=True needs trim_conv_cache=True (the scan carry must keep one shape)")
+        for name in self.switches():
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be None, True or False, got {getattr(self, name)!r}")
+        split = self.conv_split_elements
+        if split is not None and (isinstance(split, bool) or not isinstance(split, int) or split < 1):
+            raise ValueError(f"conv_split_elements must be a positive int or None, got {split!r}")
+        for name, needs in (("time_tap_conv", "cache_first"), ("frame_scan", "trim_conv_cache")):
+            if getattr(self, name) and getattr(self, needs) is False:
+                raise ValueError(f"{name}=True needs {needs} (not False)")
+        if split is not None and self.conv_bias is False:
+            raise ValueError("conv_split_elements needs conv_bias (its kernel does the splitting)")
+
+    @classmethod
+    def switches(cls) -> tuple[str, ...]:
+        """The names of the on/off/auto switches (every field but ``dtype`` and ``conv_split_elements``)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("dtype", "conv_split_elements"))
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -124,7 +144,7 @@ _FOUR_BLOCKS = {
 }
 
 # The VAE configs published with the CogVideoX checkpoints (vae/config.json);
-# the two differ only in the latent scaling factor.
+# 2b and 5b differ only in the latent scaling factor.
 PRESETS: dict[str, dict[str, Any]] = {
     "cogvideox-2b": {
         **_FOUR_BLOCKS,
@@ -149,6 +169,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sample_height": 480,
         "sample_width": 720,
         "scaling_factor": 0.7,
+    },
+    # CogVideoX 1.5's VAE (vae/config.json of the 1.5 checkpoints): the same
+    # architecture at 768x1360, scaling factor 0.7, and invert_scale_latents,
+    # which its image-to-video pipeline reads when it scales the image's
+    # latents (decoding divides by the scaling factor as for 1.0).
+    "cogvideox-1.5": {
+        **_FOUR_BLOCKS,
+        "block_out_channels": [128, 256, 256, 512],
+        "latent_channels": 16,
+        "layers_per_block": 3,
+        "norm_num_groups": 32,
+        "norm_eps": 1e-6,
+        "temporal_compression_ratio": 4,
+        "sample_height": 768,
+        "sample_width": 1360,
+        "scaling_factor": 0.7,
+        "invert_scale_latents": True,
     },
     # diffusers' own CogVideoX VAE test config: every code path, tiny widths.
     "tiny": {

@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": vae.options.dtype,
         "mesh": dict(vae.mesh.shape),
         "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+        "plan": vae.plan.as_dict(),
         "load_s": round(load.seconds, 3),
         "compile_s": round(compile_stage.seconds, 3),
         "compile_cache": cache_events.status if cache_dir else "off",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -15,9 +16,10 @@ from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDis
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from jax.sharding import Mesh
 
-from cogvideox_torchax import frame_scan, patches, sharding, tiling
+from cogvideox_torchax import patches, sharding
 from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.config import RuntimeOptions
+from cogvideox_torchax.plan import RunPlan, Target, apply_plan, build_plan, canonical_platform, mesh_platform
 
 torchax = import_torchax()
 from torchax import interop  # noqa: E402
@@ -88,6 +90,39 @@ class UnsupportedAttributeError(AttributeError, NotImplementedError):
     """
 
 
+# Upstream's module attributes that say how to tile and slice; read while tracing.
+def _tiling_switches(module: AutoencoderKLCogVideoX) -> dict[str, Any]:
+    return {k: v for k, v in vars(module).items() if k.startswith(("use_tiling", "use_slicing", "tile_"))}
+
+
+class _Program:
+    """One target's patched module and its jitted encode and decode, compiled once per input shape."""
+
+    # The upstream method each program kind calls, and its extra arguments.
+    _METHODS = {"decode": ("decode", {"return_dict": False}), "encode": ("_encode", {})}
+
+    def __init__(self, module: AutoencoderKLCogVideoX, plan: RunPlan, mesh: Mesh):
+        apply_plan(module, plan, mesh)
+        self.module = module
+        self.plan = plan
+        self._jittable = interop.JittableModule(module)
+        self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
+        self.executables: dict[tuple[str, tuple[int, ...]], jax.stages.Compiled] = {}
+
+    def _traced(self, kind: str):
+        method, kwargs = self._METHODS[kind]
+
+        def run(weights: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+            env = torchax.default_env()
+            nearest = patches.nearest_interpolation(env) if self.plan.applies("nearest_upsample") else None
+            with env, torch.no_grad(), nearest or contextlib.nullcontext():
+                weights_t, x_t = env.j2t_iso((weights, x))
+                out = self._jittable.functional_call(method, weights_t, {}, x_t, **kwargs)
+            return env.t2j_iso(out[0] if isinstance(out, tuple) else out)
+
+        return run
+
+
 class TorchaxVAE:
     """Upstream `AutoencoderKLCogVideoX`, patched, run by torchax under `jax.jit`.
 
@@ -119,33 +154,12 @@ class TorchaxVAE:
         self._options = options
         self._mesh = mesh
         module.eval()
-        if options.chunk_free_conv:
-            patches.apply_safe_conv(module)
-        if options.group_norm:
-            patches.apply_group_norm(module)
-        if options.silu:
-            patches.apply_silu(module)
-        if options.conv_bias:
-            patches.apply_conv_bias(module)
-        if options.trim_conv_cache:
-            patches.apply_conv_cache_trim(module)
-        if options.cache_first:
-            patches.apply_cache_first(module)
-        if options.time_tap_conv:
-            patches.apply_time_tap_conv(module)
-        if options.low_res_spatial_norm and mesh.shape["tp"] == 1:
-            # Under width sharding the resize of the low-resolution scale and
-            # shift crosses shard boundaries (90 latent columns over 8
-            # devices) and is materialised anyway: 2.15 GiB per device with
-            # the patch, 2.12 without (tp=8, 2b, 49 frames at 480x720).
-            patches.apply_low_res_spatial_norm(module)
-        if options.frame_scan:
-            frame_scan.apply_frame_scan(module)
-        if options.tile_batching:
-            tiling.apply_tile_batching(module, tiles_per_step=mesh.shape["dp"])
-        patches.apply_width_sharding(module, mesh if options.shard_activations else None)
-        self._module = module
-        self._jittable = interop.JittableModule(module)
+        self._platform = mesh_platform(mesh)
+        # An unpatched copy (structure only on the meta device) from which a
+        # program for another platform is built by `lower_decode(...,
+        # platform=)`; the mesh's own program patches ``module`` itself.
+        self._pristine = copy.deepcopy(module)
+        self._programs = {self._platform: _Program(module, self._plan_for(self._platform), mesh)}
         # Where results go for inputs that are not torch tensors; `to` moves it.
         self._device = torch.device("cpu")
 
@@ -154,43 +168,40 @@ class TorchaxVAE:
         self._weights = {
             name: jax.device_put(_to_numpy(t, np_dtype), weights_sharding) for name, t in state_dict.items()
         }
-        self._jit_decode = jax.jit(self._decode_pure)
-        self._jit_encode = jax.jit(self._encode_pure)
-        # One executable per input shape, compiled ahead of time so callers
-        # can time compilation apart from running.
-        self._executables: dict[tuple[int, ...], jax.stages.Compiled] = {}
-        self._encode_executables: dict[tuple[int, ...], jax.stages.Compiled] = {}
 
-    # -- the traced programs ------------------------------------------------
+    # -- programs -----------------------------------------------------------
 
-    def _decode_pure(self, weights: dict[str, jax.Array], z: jax.Array) -> jax.Array:
-        env = torchax.default_env()
-        nearest = patches.nearest_interpolation(env) if self._options.nearest_upsample else contextlib.nullcontext()
-        with env, torch.no_grad(), nearest:
-            weights_t, z_t = env.j2t_iso((weights, z))
-            (sample,) = self._jittable.functional_call("decode", weights_t, {}, z_t, return_dict=False)
-        return env.t2j_iso(sample)
+    def _plan_for(self, platform: str) -> RunPlan:
+        return build_plan(self._options, Target.of(self._mesh, self._options.dtype, platform))
 
-    def _encode_pure(self, weights: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-        """Upstream ``_encode`` traced: the encoder's moments ``(B, 2C, T, h, w)``.
+    def _program(self, platform: str | None = None) -> _Program:
+        platform = self._platform if platform is None else canonical_platform(platform)
+        if platform not in self._programs:
+            module = copy.deepcopy(self._pristine)
+            vars(module).update(_tiling_switches(self.module))
+            self._programs[platform] = _Program(module, self._plan_for(platform), self._mesh)
+        return self._programs[platform]
 
-        Upstream's Python loops (frame batches of 8 with the remainder in the
-        first, and `tiled_encode`'s tile grid) are unrolled into the jit as
-        they are: the program grows with the number of frame batches and
-        tiles. `frame_scan` and `tiling` only rework the decode.
-        """
-        env = torchax.default_env()
-        with env, torch.no_grad():
-            weights_t, x_t = env.j2t_iso((weights, x))
-            moments = self._jittable.functional_call("_encode", weights_t, {}, x_t)
-        return env.t2j_iso(moments)
+    @property
+    def plan(self) -> RunPlan:
+        """What runs on the mesh's platform: patches, convolution layout and policy (`cogvideox_torchax.plan`)."""
+        return self._programs[self._platform].plan
+
+    def plan_for(self, platform: str) -> RunPlan:
+        """What would run if this VAE's program were built for ``platform`` (``"cpu"``, ``"cuda"``, ``"tpu"``)."""
+        return self._program(platform).plan
+
+    @property
+    def platform(self) -> str:
+        """The platform the mesh's devices are (``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"tpu"``)."""
+        return self._platform
 
     # -- properties ---------------------------------------------------------
 
     @property
     def config(self) -> Any:
         """The upstream diffusers config (a read-only mapping with attributes)."""
-        return self._module.config
+        return self.module.config
 
     @property
     def dtype(self) -> torch.dtype:
@@ -216,8 +227,9 @@ class TorchaxVAE:
 
     @property
     def module(self) -> AutoencoderKLCogVideoX:
-        """The patched upstream module (structure only; weights are `weights`)."""
-        return self._module
+        """The patched upstream module of the mesh's platform (structure only; weights are `weights`)."""
+        return self._programs[self._platform].module
+
 
     @property
     def weights(self) -> dict[str, jax.Array]:
@@ -226,11 +238,11 @@ class TorchaxVAE:
 
     @property
     def use_tiling(self) -> bool:
-        return bool(self._module.use_tiling)
+        return bool(self.module.use_tiling)
 
     @property
     def use_slicing(self) -> bool:
-        return bool(self._module.use_slicing)
+        return bool(self.module.use_slicing)
 
     # -- decode -------------------------------------------------------------
 
@@ -294,28 +306,45 @@ class TorchaxVAE:
             return (sample,)
         return DecoderOutput(sample=sample)
 
-    def lower_decode(self, shape: tuple[int, ...]) -> jax.stages.Lowered:
+    def lower_decode(self, shape: tuple[int, ...], *, platform: str | None = None) -> jax.stages.Lowered:
         """Traces and lowers the decode for a latent shape without running it.
 
         ``lower_decode(shape).compile().memory_analysis()`` gives the compiled
         program's per-device temporary and argument bytes.
+
+        Args:
+            shape: latents ``(B, C, T, H, W)``.
+            platform: build the program for this platform (``"cpu"``,
+                ``"cuda"``, ``"rocm"``, ``"tpu"``) with its own plan
+                (`plan_for`) instead of the mesh's; JAX lowers for any
+                platform without its hardware, but only the mesh's own
+                program can be compiled here.
         """
         shape = tuple(shape)
         self.check_latents(shape)
-        return self._lower(self._jit_decode, shape)
+        return self._lower("decode", shape, platform)
 
-    def _lower(self, jitted: Any, shape: tuple[int, ...]) -> jax.stages.Lowered:
+    def _lower(self, kind: str, shape: tuple[int, ...], platform: str | None) -> jax.stages.Lowered:
+        program = self._program(platform)
         spec = jax.ShapeDtypeStruct(shape, self._options.jax_dtype, sharding=sharding.input_sharding(shape, self._mesh))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_INT64_WARNING)
-            return jitted.lower(self._weights, spec)
+            traced = program.jits[kind].trace(self._weights, spec)
+            if program.plan.target.platform == self._platform:
+                return traced.lower()
+            return traced.lower(lowering_platforms=(program.plan.target.platform,))
+
+    def _compile(self, kind: str, shape: tuple[int, ...]) -> jax.stages.Compiled:
+        program = self._program()
+        key = (kind, tuple(shape))
+        if key not in program.executables:
+            lowered = self.lower_decode(shape) if kind == "decode" else self.lower_encode(shape)
+            program.executables[key] = lowered.compile(compiler_options=self.compiler_options)
+        return program.executables[key]
 
     def compile_decode(self, shape: tuple[int, ...]) -> jax.stages.Compiled:
         """The compiled decode for a latent shape, compiling it on first use."""
-        shape = tuple(shape)
-        if shape not in self._executables:
-            self._executables[shape] = self.lower_decode(shape).compile(compiler_options=self.compiler_options)
-        return self._executables[shape]
+        return self._compile("decode", shape)
 
     @property
     def compiler_options(self) -> dict[str, str] | None:
@@ -324,7 +353,7 @@ class TorchaxVAE:
         On the CPU backend this keeps the optimization barriers of
         `patches.CacheFirstCausalConv3d`, which XLA:CPU otherwise deletes.
         """
-        if self._options.cache_first and self._mesh.devices.flat[0].platform == "cpu":
+        if self.plan.applies("cache_first") and self._platform == "cpu":
             return dict(patches.KEEP_BARRIERS_COMPILER_OPTIONS)
         return None
 
@@ -374,18 +403,15 @@ class TorchaxVAE:
             return (posterior,)
         return AutoencoderKLOutput(latent_dist=posterior)
 
-    def lower_encode(self, shape: tuple[int, ...]) -> jax.stages.Lowered:
-        """Traces and lowers the encode for a video shape without running it."""
+    def lower_encode(self, shape: tuple[int, ...], *, platform: str | None = None) -> jax.stages.Lowered:
+        """Traces and lowers the encode for a video shape without running it (``platform`` as in `lower_decode`)."""
         shape = tuple(shape)
         self.check_video(shape)
-        return self._lower(self._jit_encode, shape)
+        return self._lower("encode", shape, platform)
 
     def compile_encode(self, shape: tuple[int, ...]) -> jax.stages.Compiled:
         """The compiled encode for a video shape, compiling it on first use."""
-        shape = tuple(shape)
-        if shape not in self._encode_executables:
-            self._encode_executables[shape] = self.lower_encode(shape).compile(compiler_options=self.compiler_options)
-        return self._encode_executables[shape]
+        return self._compile("encode", shape)
 
     # -- upstream's inference surface ----------------------------------------
 
@@ -425,7 +451,7 @@ class TorchaxVAE:
         tiles are decoded together (see `cogvideox_torchax.tiling`). Compiled
         programs are dropped.
         """
-        self._module.enable_tiling(
+        self.module.enable_tiling(
             tile_sample_min_height=tile_sample_min_height,
             tile_sample_min_width=tile_sample_min_width,
             tile_overlap_factor_height=tile_overlap_factor_height,
@@ -435,7 +461,7 @@ class TorchaxVAE:
 
     def disable_tiling(self) -> None:
         """Upstream's ``disable_tiling``; compiled programs are dropped."""
-        self._module.disable_tiling()
+        self.module.disable_tiling()
         self._retrace()
 
     def enable_slicing(self) -> None:
@@ -444,11 +470,11 @@ class TorchaxVAE:
         Results are unchanged; device memory is that of batch 1, and one
         program (for batch 1) serves every batch size.
         """
-        self._module.enable_slicing()
+        self.module.enable_slicing()
 
     def disable_slicing(self) -> None:
         """Upstream's ``disable_slicing``: whole batches again."""
-        self._module.disable_slicing()
+        self.module.disable_slicing()
 
     def to(self, *args: Any, **kwargs: Any) -> TorchaxVAE:
         """Accepts upstream's ``.to(device)`` / ``.to(dtype)`` / ``.to(device, dtype)`` calls; returns self.
@@ -473,7 +499,7 @@ class TorchaxVAE:
     def __getattr__(self, name: str) -> Any:
         # Only reached when ordinary lookup fails: tell upstream's other
         # attributes apart from plain typos.
-        module = self.__dict__.get("_module")
+        module = self.__dict__.get("_pristine")
         if not name.startswith("__") and module is not None and hasattr(module, name):
             raise UnsupportedAttributeError(
                 f"TorchaxVAE does not offer AutoencoderKLCogVideoX.{name}: it runs only the inference "
@@ -487,11 +513,14 @@ class TorchaxVAE:
 
     def _retrace(self) -> None:
         # The module's tiling settings are read while tracing, and jax.jit
-        # keys its trace cache on argument shapes only: start fresh jits.
-        self._jit_decode = jax.jit(self._decode_pure)
-        self._jit_encode = jax.jit(self._encode_pure)
-        self._executables.clear()
-        self._encode_executables.clear()
+        # keys its trace cache on argument shapes only: start fresh programs
+        # (the mesh's own keeps its patched module and its tiling switches).
+        own = self._programs[self._platform]
+        self._programs = {self._platform: _Program(own.module, own.plan, self._mesh)}
+
+    def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:
+        """The input shapes that have a compiled ``kind`` (``"decode"`` or ``"encode"``) program, oldest first."""
+        return [shape for k, shape in self._program().executables if k == kind]
 
     def clear_compiled(self, *, jax_caches: bool = False) -> None:
         """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
@@ -509,11 +538,14 @@ class TorchaxVAE:
                 only to release what other jitted code compiled, e.g. after
                 deleting a VAE built with different options.
         """
-        self._executables.clear()
-        self._encode_executables.clear()
+        for program in self._programs.values():
+            program.executables.clear()
         if jax_caches:
             jax.clear_caches()
 
     def __repr__(self) -> str:
         mesh = ",".join(f"{k}={v}" for k, v in self._mesh.shape.items())
-        return f"TorchaxVAE(dtype={self._options.dtype}, mesh={mesh}, latent_channels={self.config.latent_channels})"
+        return (
+            f"TorchaxVAE(dtype={self._options.dtype}, mesh={mesh}, latent_channels={self.config.latent_channels}, "
+            f"plan={self.plan})"
+        )

@@ -38,12 +38,12 @@ def test_slicing_runs_one_element_at_a_time(tiny_upstream):
     assert_close(vae.encode(x).latent_dist.mode(), expected_mode, atol=1e-4, label="sliced encode")
     assert_close(vae.decode(z).sample, upstream_decode(tiny_upstream, z), atol=2e-5, label="sliced decode")
     # One program each, compiled for batch 1.
-    assert list(vae._executables) == [(1, 4, 2, 2, 2)]
-    assert list(vae._encode_executables) == [(1, 3, 5, 8, 8)]
+    assert vae.compiled_shapes() == [(1, 4, 2, 2, 2)]
+    assert vae.compiled_shapes("encode") == [(1, 3, 5, 8, 8)]
     vae.disable_slicing()
     assert not vae.use_slicing
     vae.decode(z)
-    assert (2, 4, 2, 2, 2) in vae._executables
+    assert (2, 4, 2, 2, 2) in vae.compiled_shapes()
 
 
 def test_enable_tiling_has_upstreams_signature(tiny_vae):

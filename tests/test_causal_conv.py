@@ -10,6 +10,7 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
 
 import cogvideox_torchax as ct
+from cogvideox_torchax.plan import Target, build_plan
 from cogvideox_torchax import patches
 from kernels.causal_conv import causal_conv3d, causal_conv3d_reference, state_shape
 from tests.conftest import seeded_latents, upstream_decode
@@ -103,5 +104,6 @@ def test_three_d_path_still_matches_upstream(tiny_upstream):
 
 def test_options_need_cache_first():
     with pytest.raises(ValueError, match="cache_first"):
-        ct.RuntimeOptions(cache_first=False)
-    ct.RuntimeOptions(cache_first=False, time_tap_conv=False)
+        ct.RuntimeOptions(cache_first=False, time_tap_conv=True)
+    plan = build_plan(ct.RuntimeOptions(cache_first=False), Target("cpu", "float32"))
+    assert dict(plan.skipped)["time_tap_conv"] == "needs cache_first"

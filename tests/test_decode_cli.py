@@ -55,6 +55,7 @@ def test_mp4_pipeline_layout_batch_2(tmp_path):
     proc = _cli(tmp_path / "z.safetensors", *TINY, "-o", tmp_path / "clip.mp4", "--crf", "0", "--fps", "10", "--json")
     summary = json.loads(proc.stdout)
     assert summary["layout"] == "BTCHW" and summary["unscaled"] is True
+    assert summary["plan"]["target"]["platform"] == "cpu" and "frame_scan" in summary["plan"]["steps"]
     assert "decode" in proc.stderr and "100%" in proc.stderr  # the progress bars
     assert not (tmp_path / "clip.mp4").exists()
 

@@ -23,9 +23,9 @@ def test_five_decodes_leave_live_memory_where_the_first_did(tiny_vae):
 
 def test_clear_compiled_drops_executables(tiny_vae):
     tiny_vae.compile_decode((1, 4, 2, 2, 2))
-    assert tiny_vae._executables
+    assert tiny_vae.compiled_shapes()
     tiny_vae.clear_compiled()
-    assert not tiny_vae._executables
+    assert not tiny_vae.compiled_shapes()
 
 
 def test_live_device_bytes_counts_a_new_array():

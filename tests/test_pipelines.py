@@ -106,4 +106,4 @@ def test_image_to_video_encodes_and_decodes_as_upstream():
     got = _frames(pipe, image=image)
     assert got.shape == (1, 9, 3, 32, 32)
     assert_close(got, expected, atol=ATOL, label="CogVideoXImageToVideoPipeline frames")
-    assert pipe.vae._encode_executables  # the image went through our encode
+    assert pipe.vae.compiled_shapes("encode")  # the image went through our encode

@@ -1,0 +1,268 @@
+"""What runs on a target: the patches and convolution policy for one platform, dtype and mesh.
+
+A `RunPlan` is data: which optimisations apply (in the order they are
+applied), which switches of `RuntimeOptions` were left out and why, and the
+`kernels.conv.ConvPolicy` every convolution runs with. `build_plan` makes it
+from the options and a `Target`; `apply_plan` patches a module with it. The
+target is the platform the program is *built for*, not the machine Python
+runs on, so a CUDA or TPU program can be built and inspected on a CPU.
+
+Per-backend choices and why:
+
+- Convolution layout. CPU: channels-last; inside the frame-batch scan
+  XLA:CPU runs a channels-first convolution ~40x slower (see
+  `kernels.conv`). GPU: channels-last; on an H100 the Flax port's
+  channels-last 3x3x3 convolutions ran ~1.6x faster than ours
+  channels-first in the same bf16 decode (issue 14). TPU: left to XLA,
+  whose TPU layout assignment picks the physical layout of every operand
+  whatever the logical one (not measured here: no TPU was available).
+- bf16 bias. CPU: added in the fp32 accumulator, rounded once (XLA:CPU
+  fuses that epilogue; +0.5 dB against torchax's two roundings). GPU and
+  TPU: the convolution emits bf16 and the bias is added after; cuDNN wrote
+  the fp32 accumulator out in full (78 ms vs 35 ms for a bf16 256->128
+  3x3x3 conv at 768x1360, H100), and neither GPU nor TPU fusion of that
+  epilogue is shown by a test here. The accuracy cost is checked against
+  upstream torch's own bf16 decode (tests/test_accelerator_programs.py).
+- Convolution size. GPU: no convolution operand or result of 2^31 elements
+  or more; cuDNN's kernels at that size took 17.6 s where two halves took
+  70 ms (H100). CPU and TPU: never split.
+- Time taps (`patches.TimeTapCausalConv3d`): CPU in fp32 only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from jax.sharding import Mesh
+
+from cogvideox_torchax import frame_scan, patches, tiling
+from cogvideox_torchax.config import RuntimeOptions
+from kernels.conv import ConvPolicy
+
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+_ALIASES = {"gpu": "cuda"}
+GPU_PLATFORMS = ("cuda", "rocm")
+
+# cuDNN convolutions with an operand or result of 2^31 elements or more.
+GPU_MAX_CONV_ELEMENTS = 2**31 - 1
+
+
+def canonical_platform(platform: str) -> str:
+    """``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"tpu"`` (``"gpu"`` means CUDA).
+
+    Raises:
+        ValueError: for any other name.
+    """
+    name = _ALIASES.get(str(platform).lower(), str(platform).lower())
+    if name not in PLATFORMS:
+        raise ValueError(f"platform must be one of {', '.join(PLATFORMS)} (or gpu), got {platform!r}")
+    return name
+
+
+def mesh_platform(mesh: Mesh) -> str:
+    """The platform of the mesh's devices, as `canonical_platform` names it."""
+    device = mesh.devices.flat[0]
+    if device.platform == "gpu":
+        return "rocm" if "rocm" in str(getattr(device.client, "platform_version", "")).lower() else "cuda"
+    return canonical_platform(device.platform)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a program is built for: platform, dtype and mesh shape."""
+
+    platform: str
+    dtype: str
+    dp: int = 1
+    tp: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "platform", canonical_platform(self.platform))
+        object.__setattr__(self, "dtype", RuntimeOptions(dtype=self.dtype).dtype)
+
+    @classmethod
+    def of(cls, mesh: Mesh, dtype: str, platform: str | None = None) -> Target:
+        """The target of a program over ``mesh``, built for ``platform`` (default: the mesh's own)."""
+        return cls(platform or mesh_platform(mesh), dtype, mesh.shape["dp"], mesh.shape["tp"])
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.platform in GPU_PLATFORMS
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    name: str  # the RuntimeOptions switch
+    apply: Callable[[torch.nn.Module, RunPlan, Mesh], Any] | None  # None: applied while tracing
+    why_not: Callable[[Target, frozenset[str]], str | None] = lambda target, applied: None
+
+
+def _requires(*names: str) -> Callable[[Target, frozenset[str]], str | None]:
+    def why_not(target: Target, applied: frozenset[str]) -> str | None:
+        missing = [n for n in names if n not in applied]
+        return f"needs {', '.join(missing)}" if missing else None
+
+    return why_not
+
+
+def _time_taps_why_not(target: Target, applied: frozenset[str]) -> str | None:
+    if target.platform != "cpu":
+        return (
+            "GPU and TPU run each causal conv as one 3-D convolution; time taps only work around "
+            "XLA:CPU's slow 3-D convolution"
+        )
+    if target.dtype != "float32":
+        return "in bf16 its per-tap fp32 partial sums would be activation-sized fp32 tensors"
+    return _requires("cache_first")(target, applied)
+
+
+def _low_res_why_not(target: Target, applied: frozenset[str]) -> str | None:
+    if target.tp > 1:
+        # Measured at tp=8 (2b, 49 frames at 480x720, fp32): 2.15 GiB per
+        # device with the patch, 2.12 without.
+        return "under width sharding (tp > 1) the resize crosses shards and is materialised anyway"
+    return None
+
+
+def _chunk_free_why_not(target: Target, applied: frozenset[str]) -> str | None:
+    if target.is_gpu and "conv_bias" not in applied:
+        return "on a GPU, upstream's chunking is the only guard against 2^31-element convolutions without conv_bias"
+    return None
+
+
+def _sharding_why_not(target: Target, applied: frozenset[str]) -> str | None:
+    return "a one-device mesh has nothing to shard" if target.dp * target.tp == 1 else None
+
+
+# In the order they are applied (conv_bias before chunk_free_conv: the
+# latter's condition reads the former).
+_STEPS = (
+    _Step("group_norm", lambda m, plan, mesh: patches.apply_group_norm(m)),
+    _Step("silu", lambda m, plan, mesh: patches.apply_silu(m)),
+    _Step("conv_bias", lambda m, plan, mesh: patches.apply_conv_bias(m, plan.conv)),
+    _Step("chunk_free_conv", lambda m, plan, mesh: patches.apply_safe_conv(m), _chunk_free_why_not),
+    _Step("nearest_upsample", None),
+    _Step("trim_conv_cache", lambda m, plan, mesh: patches.apply_conv_cache_trim(m)),
+    _Step("cache_first", lambda m, plan, mesh: patches.apply_cache_first(m)),
+    _Step("time_tap_conv", lambda m, plan, mesh: patches.apply_time_tap_conv(m), _time_taps_why_not),
+    _Step("low_res_spatial_norm", lambda m, plan, mesh: patches.apply_low_res_spatial_norm(m), _low_res_why_not),
+    _Step("frame_scan", lambda m, plan, mesh: frame_scan.apply_frame_scan(m), _requires("trim_conv_cache")),
+    _Step(
+        "tile_batching", lambda m, plan, mesh: tiling.apply_tile_batching(m, tiles_per_step=plan.target.dp)
+    ),
+    _Step("shard_activations", lambda m, plan, mesh: patches.apply_width_sharding(m, mesh), _sharding_why_not),
+)
+
+
+def conv_policy(target: Target, options: RuntimeOptions) -> ConvPolicy:
+    """The `ConvPolicy` for ``target`` (see the module docstring for each choice)."""
+    split = options.conv_split_elements
+    if split is None and target.is_gpu:
+        split = GPU_MAX_CONV_ELEMENTS
+    return ConvPolicy(
+        channels_last=target.platform != "tpu",
+        bias_in_fp32=target.dtype == "float32" or target.platform == "cpu",
+        max_elements=split,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What runs for one target.
+
+    Attributes:
+        target: the platform, dtype and mesh shape the program is built for.
+        steps: the `RuntimeOptions` switches applied, in order.
+        skipped: ``(switch, why)`` for each switch left on auto that does
+            not apply to this target.
+        conv: the policy of every convolution (None without ``conv_bias``:
+            torchax's own lowering).
+    """
+
+    target: Target
+    steps: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+    conv: ConvPolicy | None
+
+    def applies(self, name: str) -> bool:
+        """Whether the switch ``name`` is part of this plan."""
+        return name in self.steps
+
+    @property
+    def conv_layout(self) -> str:
+        """``"channels-last"``, ``"channels-first"`` (torchax's lowering) or ``"xla"`` (the backend's choice)."""
+        if self.conv is None:
+            return "channels-first"
+        if self.applies("time_tap_conv"):
+            return "channels-last, time taps"
+        return "channels-last" if self.conv.channels_last else "xla"
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-able description (the CLI's ``--json`` and the bench report carry it)."""
+        conv = None
+        if self.conv is not None:
+            conv = {
+                "layout": self.conv_layout,
+                "bias": "fp32 accumulator" if self.conv.bias_in_fp32 else "after rounding",
+                "max_elements": self.conv.max_elements,
+            }
+        return {
+            "target": dataclasses.asdict(self.target),
+            "steps": list(self.steps),
+            "skipped": dict(self.skipped),
+            "conv": conv,
+        }
+
+    def __str__(self) -> str:
+        t = self.target
+        conv = "torchax convs"
+        if self.conv is not None:
+            bias = "fp32 bias" if self.conv.bias_in_fp32 else "bias after rounding"
+            split = "" if self.conv.max_elements is None else f", split above {self.conv.max_elements} elements"
+            conv = f"convs {self.conv_layout}, {bias}{split}"
+        return f"{t.platform} {t.dtype} dp={t.dp},tp={t.tp}: {', '.join(self.steps) or 'no patches'}; {conv}"
+
+
+def build_plan(options: RuntimeOptions, target: Target) -> RunPlan:
+    """Decides what runs for ``target`` under ``options``.
+
+    Raises:
+        ValueError: a switch set to True cannot apply to ``target``; the
+            message says why.
+    """
+    applied: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for step in _STEPS:
+        wanted = getattr(options, step.name)
+        if wanted is False:
+            continue
+        why = step.why_not(target, frozenset(applied))
+        if why is None:
+            applied.append(step.name)
+        elif wanted:
+            raise ValueError(
+                f"{step.name}=True cannot apply on {target.platform} {target.dtype} "
+                f"dp={target.dp},tp={target.tp}: {why}"
+            )
+        else:
+            skipped.append((step.name, why))
+    conv = conv_policy(target, options) if "conv_bias" in applied else None
+    return RunPlan(target, tuple(applied), tuple(skipped), conv)
+
+
+def apply_plan(module: torch.nn.Module, plan: RunPlan, mesh: Mesh) -> None:
+    """Patches ``module`` (in place) with every step of ``plan``.
+
+    ``mesh`` places the sharding constraints; its shape must be the plan's.
+    ``nearest_upsample`` is not a module patch: the traced call scopes it
+    (`patches.nearest_interpolation`).
+    """
+    if (mesh.shape["dp"], mesh.shape["tp"]) != (plan.target.dp, plan.target.tp):
+        raise ValueError(f"mesh {dict(mesh.shape)} does not match the plan's dp={plan.target.dp},tp={plan.target.tp}")
+    for step in _STEPS:
+        if step.apply is not None and plan.applies(step.name):
+            step.apply(module, plan, mesh)
+

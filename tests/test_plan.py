@@ -1,0 +1,121 @@
+"""The run plan: what runs on each target, and switches that cannot apply refused with the reason."""
+
+import json
+
+import pytest
+
+import cogvideox_torchax as ct
+from cogvideox_torchax.plan import GPU_MAX_CONV_ELEMENTS, Target, build_plan
+
+_CPU_FP32 = (
+    "group_norm",
+    "silu",
+    "conv_bias",
+    "chunk_free_conv",
+    "nearest_upsample",
+    "trim_conv_cache",
+    "cache_first",
+    "time_tap_conv",
+    "low_res_spatial_norm",
+    "frame_scan",
+    "tile_batching",
+)
+
+
+def test_cpu_fp32_one_device_runs_every_cpu_patch():
+    plan = build_plan(ct.RuntimeOptions(), Target("cpu", "float32"))
+    assert plan.steps == _CPU_FP32
+    assert dict(plan.skipped) == {"shard_activations": "a one-device mesh has nothing to shard"}
+    assert plan.conv.channels_last and plan.conv.bias_in_fp32 and plan.conv.max_elements is None
+
+
+def test_tpu_bf16_tp8():
+    plan = build_plan(ct.RuntimeOptions(dtype="bf16"), Target("tpu", "bfloat16", dp=1, tp=8))
+    assert "time_tap_conv" not in plan.steps and "low_res_spatial_norm" not in plan.steps
+    assert "shard_activations" in plan.steps and "frame_scan" in plan.steps
+    skipped = dict(plan.skipped)
+    assert "XLA:CPU" in skipped["time_tap_conv"] and "tp > 1" in skipped["low_res_spatial_norm"]
+    # bf16 out of every convolution; layout left to XLA's TPU layout assignment; never split.
+    assert not plan.conv.bias_in_fp32 and not plan.conv.channels_last and plan.conv.max_elements is None
+
+
+@pytest.mark.parametrize("platform", ["cuda", "gpu", "rocm"])
+def test_gpu_bf16(platform):
+    plan = build_plan(ct.RuntimeOptions(dtype="bf16"), Target(platform, "bfloat16"))
+    assert plan.target.platform in ("cuda", "rocm")
+    assert plan.conv.channels_last and not plan.conv.bias_in_fp32
+    assert plan.conv.max_elements == GPU_MAX_CONV_ELEMENTS == 2**31 - 1
+    assert "time_tap_conv" not in plan.steps and "low_res_spatial_norm" in plan.steps
+
+
+def test_cpu_bf16_keeps_the_fp32_bias_and_skips_time_taps():
+    plan = build_plan(ct.RuntimeOptions(dtype="bf16"), Target("cpu", "bfloat16"))
+    assert plan.conv.bias_in_fp32
+    assert "activation-sized fp32" in dict(plan.skipped)["time_tap_conv"]
+
+
+def test_gpu_without_the_conv_kernel_keeps_upstreams_chunking():
+    plan = build_plan(ct.RuntimeOptions(conv_bias=False), Target("cuda", "float32"))
+    assert "chunk_free_conv" not in plan.steps and plan.conv is None
+    assert "2^31" in dict(plan.skipped)["chunk_free_conv"]
+    assert "chunk_free_conv" in build_plan(ct.RuntimeOptions(conv_bias=False), Target("tpu", "float32")).steps
+
+
+def test_switched_off_is_neither_applied_nor_skipped():
+    plan = build_plan(ct.RuntimeOptions(frame_scan=False, time_tap_conv=False), Target("cpu", "float32"))
+    assert "frame_scan" not in plan.steps and "time_tap_conv" not in plan.steps
+    assert "frame_scan" not in dict(plan.skipped)
+
+
+def test_requirements_follow_what_is_off():
+    plan = build_plan(ct.RuntimeOptions(trim_conv_cache=False), Target("cpu", "float32"))
+    assert "frame_scan" not in plan.steps
+    assert dict(plan.skipped)["frame_scan"] == "needs trim_conv_cache"
+
+
+@pytest.mark.parametrize(
+    ("options", "target", "why"),
+    [
+        (ct.RuntimeOptions(time_tap_conv=True), Target("cuda", "float32"), "XLA:CPU"),
+        (ct.RuntimeOptions(dtype="bf16", time_tap_conv=True), Target("cpu", "bfloat16"), "bf16"),
+        (ct.RuntimeOptions(low_res_spatial_norm=True), Target("cpu", "float32", tp=4), "tp > 1"),
+        (ct.RuntimeOptions(shard_activations=True), Target("cpu", "float32"), "one-device"),
+    ],
+)
+def test_a_switch_set_true_that_cannot_apply_says_why(options, target, why):
+    with pytest.raises(ValueError, match="cannot apply") as err:
+        build_plan(options, target)
+    assert why in str(err.value)
+
+
+def test_wrap_refuses_and_lowering_for_another_platform_refuses_too(tiny_upstream):
+    with pytest.raises(ValueError, match="time_tap_conv=True cannot apply on cpu bfloat16"):
+        ct.wrap(tiny_upstream, dtype="bfloat16", mesh="dp=1,tp=1", options=ct.RuntimeOptions(dtype="bf16", time_tap_conv=True))
+    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=True))
+    assert vae.plan.applies("time_tap_conv")
+    with pytest.raises(ValueError, match="cannot apply on cuda"):
+        vae.lower_decode((1, 4, 2, 2, 2), platform="cuda")
+
+
+def test_options_validate_their_types():
+    with pytest.raises(TypeError, match="frame_scan"):
+        ct.RuntimeOptions(frame_scan=1)
+    with pytest.raises(ValueError, match="conv_split_elements"):
+        ct.RuntimeOptions(conv_split_elements=0)
+    with pytest.raises(ValueError, match="needs conv_bias"):
+        ct.RuntimeOptions(conv_split_elements=100, conv_bias=False)
+    with pytest.raises(ValueError, match="needs cache_first"):
+        ct.RuntimeOptions(time_tap_conv=True, cache_first=False)
+
+
+def test_the_plan_is_visible_in_repr_and_json(tiny_vae):
+    text = repr(tiny_vae)
+    assert "plan=cpu float32 dp=1,tp=1: group_norm" in text and "time taps" in text
+    described = json.loads(json.dumps(tiny_vae.plan.as_dict()))
+    assert described["target"] == {"platform": "cpu", "dtype": "float32", "dp": 1, "tp": 1}
+    assert described["steps"] == list(_CPU_FP32)
+    assert described["conv"] == {"layout": "channels-last, time taps", "bias": "fp32 accumulator", "max_elements": None}
+    cuda = tiny_vae.plan_for("cuda").as_dict()
+    assert cuda["conv"]["max_elements"] == 2**31 - 1 and "time_tap_conv" in cuda["skipped"]
+    with pytest.raises(ValueError, match="platform must be one of"):
+        tiny_vae.plan_for("metal")
