@@ -13,7 +13,11 @@ RESULT_KEYS = (
     "steady_all_s",
     "temp_bytes",
     "argument_bytes",
+    "peak_device_bytes",
     "flops",
+    "analytic_conv_flops",
+    "flops_vs_analytic",
+    "flops_source",
     "tflops_per_s",
     "pct_of_peak",
     "max_abs_err",
@@ -28,10 +32,30 @@ def _bench(*args):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _tiny_conv_flops(shape):
+    """The analytic convolution FLOPs of the tiny decode, counted on real data."""
+    import torch
+
+    import cogvideox_torchax as ct
+    from bench.flops import count_conv_flops
+
+    return count_conv_flops(ct.random_upstream("tiny"), torch.randn(shape))[1]
+
+
+def _check_rate(row):
+    """The row's TFLOP/s divides the count its ``flops_source`` names (XLA's within 5 %, else analytic)."""
+    xla, analytic = row["flops"], row["analytic_conv_flops"]
+    close = xla is not None and abs(xla / analytic - 1) <= 0.05
+    assert row["flops_source"] == ("xla" if close else "analytic"), row
+    used = xla if close else analytic
+    assert abs(row["tflops_per_s"] * row["steady_s"] * 1e12 / used - 1) < 1e-9
+
+
 def test_bench_measures_all_three_systems_alike():
     report = _bench("--shape", "2,4,4", "--repeats", "2", "--profile")
-    for key in ("device", "versions", "config", "shape", "dtype", "mesh", "commit"):
+    for key in ("device", "versions", "config", "shape", "dtype", "mesh", "commit", "plan"):
         assert key in report, key
+    assert report["plan"] is None or isinstance(report["plan"], dict)
     assert report["shape"] == [1, 4, 2, 4, 4] and report["config"]["latent_channels"] == 4
     rows = {r["system"]: r for r in report["results"]}
     assert list(rows) == ["torchax", "flax", "torch"]
@@ -48,6 +72,12 @@ def test_bench_measures_all_three_systems_alike():
         assert rows[name]["max_abs_err"] <= 2e-5  # fp32 parity, as the parity tests
         assert any(c["category"] == "convolution" for c in rows[name]["profile"]["categories"])
     assert rows["torch"]["flops"] is None and rows["torch"]["compile_s"] is None
+    # One analytic count for the shape (the meta-device count equals the real one) ...
+    conv_flops = _tiny_conv_flops((1, 4, 2, 4, 4))
+    assert {r["analytic_conv_flops"] for r in rows.values()} == {conv_flops}
+    for row in rows.values():  # ... and every rate says which count it divides
+        _check_rate(row)
+    assert rows["torch"]["flops_source"] == "analytic"  # no count of its own: the same work as ours
     assert rows["torch"]["max_abs_err"] == 0  # the reference is upstream fp32 itself
     assert rows["torchax"]["time_vs_ours"] == 1 and rows["torch"]["time_vs_ours"] > 0
     assert report["peak_tflops"] > 0 and "measured" in report["peak_source"]
@@ -72,6 +102,10 @@ def test_bench_compile_only_runs_nothing():
     assert [r["system"] for r in report["results"]] == ["torchax"]
     ours = report["results"][0]
     assert ours["temp_bytes"] > 0 and ours["steady_s"] is None and ours["flops"] > 0
+    # The analytic count needs no decode (meta device), so compile-only has it too.
+    assert ours["analytic_conv_flops"] == _tiny_conv_flops((1, 4, 5, 8, 8))
+    assert ours["flops_source"] in ("xla", "analytic") and ours["tflops_per_s"] is None
+    assert "peak_device_bytes" in ours and "compile_s" in ours
     assert "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED" in report["xla_flags"]
 
 
@@ -83,3 +117,95 @@ def test_wall_time_goes_to_the_running_op_or_the_last_to_end():
     charged = wall_time_by_op([(0, 10, "a"), (20, 30, "b"), (25, 27, "c"), (28, 29, "c")])
     assert charged == {"a": (20, 1), "b": (7, 1), "c": (3, 2)}
     assert sum(ns for ns, _ in charged.values()) == 30  # the whole span, nothing twice
+
+
+def test_meta_device_conv_count_equals_the_real_decode_count():
+    import torch
+
+    import cogvideox_torchax as ct
+    from bench.flops import analytic_conv_flops, count_conv_flops, meta_twin
+
+    upstream = ct.random_upstream("tiny")
+    twin = meta_twin(upstream)
+    assert all(p.device.type == "meta" for p in twin.parameters())
+    # Odd sizes (padding at the edges), a batch of 2, latent frames beyond one frame batch.
+    for shape in [(1, 4, 2, 4, 4), (2, 4, 3, 5, 7)]:
+        sample, real = count_conv_flops(upstream, torch.randn(shape))
+        assert sample.device.type == "cpu" and real > 0
+        assert analytic_conv_flops(upstream, shape, twin) == real == analytic_conv_flops(upstream, shape)
+
+
+def test_rate_uses_analytic_flops_when_xla_is_off_by_more_than_5_percent(capsys):
+    from bench.report import derive, print_table
+
+    analytic = 670e9
+    rows = [
+        # XLA on GPU: cuDNN convolutions count about nothing.
+        {"system": "torchax", "shape": [1, 16, 3, 8, 8], "flops": 0.9e9, "steady_all_s": [2.0, 1.0, 3.0]},
+        {"system": "flax", "shape": [1, 16, 3, 8, 8], "flops": 1.04 * analytic, "steady_all_s": [1.0]},
+        {"system": "torch", "shape": [1, 16, 3, 8, 8], "flops": None, "steady_all_s": [0.5]},
+    ]
+    for row in rows:
+        row["analytic_conv_flops"] = analytic
+    derive(rows, peak_tflops=1.0)
+    ours, flax, torch = rows
+    assert ours["flops_source"] == "analytic" and ours["tflops_per_s"] == analytic / 2.0 / 1e12
+    assert ours["flops"] == 0.9e9 and abs(ours["flops_vs_analytic"] - 0.9e9 / analytic) < 1e-12  # both kept
+    assert flax["flops_source"] == "xla" and flax["tflops_per_s"] == 1.04 * analytic / 1e12
+    assert torch["flops_source"] == "analytic" and torch["pct_of_peak"] == 100 * analytic / 0.5 / 1e12
+    assert torch["flops"] is None and torch["compile_s"] is None and torch["peak_device_bytes"] is None
+    # No analytic count at all: XLA's, and eager torch borrows ours (the same decode).
+    bare = [dict(r, analytic_conv_flops=None) for r in rows[:1] + rows[2:]]
+    derive(bare, peak_tflops=None)
+    assert [r["flops_source"] for r in bare] == ["xla", "xla"] and bare[1]["tflops_per_s"] == 0.9e9 / 0.5 / 1e12
+
+    report = {"command": "c", "commit": None, "device": "d", "mesh": {}, "dtype": "float32", "versions": {}}
+    print_table({**report, "plan": {"steps": ["x"]}, "results": rows})
+    out = capsys.readouterr().out
+    assert "| rate from |" in out and "# plan {'steps': ['x']}" in out
+    lines = {line.split(" | ")[0]: line for line in out.splitlines() if line.startswith("| ")}
+    assert "| analytic |" in lines["| torchax"] and "| xla |" in lines["| flax"]
+
+
+def test_peak_device_bytes_is_only_a_systems_own(monkeypatch):
+    from bench import runners
+
+    cases = [  # peak before the system, after it; the row's peak and bound
+        (None, None, None, None),  # no counter (XLA:CPU)
+        (0, 50, 50, None),  # the first system
+        (100, 200, 200, None),  # rose above an earlier system's peak: its own
+        (100, 100, None, 100),  # did not: only a bound
+    ]
+    for before, after, own, at_most in cases:
+        monkeypatch.setattr(runners, "_peak_device_bytes", lambda after=after: after)
+        row = {}
+        runners._own_peak(row, before)
+        assert row["peak_device_bytes"] == own and row.get("peak_device_bytes_at_most") == at_most
+
+
+def test_any_preset_in_presets_benches(monkeypatch, capsys):
+    """Nothing in the bench names presets: a new entry in PRESETS is a valid ``random:`` model."""
+    import json
+
+    from bench import decode
+    from cogvideox_torchax import config
+
+    monkeypatch.setitem(config.PRESETS, "bench-test-preset", config.PRESETS["tiny"])
+    argv = ["--model", "random:bench-test-preset", "--systems", "torch", "--shape", "1,2,2", "--repeats", "1"]
+    assert decode.main([*argv, "--no-reference", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["config"]["model"] == "random:bench-test-preset"
+    (row,) = report["results"]
+    assert row["steady_s"] > 0 and row["analytic_conv_flops"] == _tiny_conv_flops((1, 4, 1, 2, 2))
+
+
+def test_lowered_describes_a_tpu_program_on_this_cpu():
+    import cogvideox_torchax as ct
+    from bench.lowered import describe
+
+    report = describe(ct.random_upstream("tiny", seed=0), (1, 4, 3, 4, 4), "tpu", "bf16")
+    assert report["plan"]["target"]["platform"] == "tpu" and report["plan"]["conv"]["bias"] == "after rounding"
+    assert report["convolutions"] >= 10 and set(report["conv_dtypes"]) <= {"bf16->bf16", "f32->f32"}
+    # The convolutions read and write at least what the unfused program's count holds for them.
+    assert 0 < report["conv_io_bytes"] < report["xla_unoptimised_bytes"]
+    assert report["analytic_conv_flops"] > 0
