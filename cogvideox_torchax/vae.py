@@ -78,6 +78,10 @@ INFERENCE_SURFACE = (
     "dtype",
     "device",
     "to",
+    "eval",
+    "train",
+    "training",
+    "requires_grad_",
 )
 
 
@@ -488,12 +492,53 @@ class TorchaxVAE:
         """
         device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         if dtype is not None and dtype != self.dtype:
+            other = "float32" if self.dtype == torch.bfloat16 else "bfloat16"
             raise NotImplementedError(
-                f"TorchaxVAE runs in {self.dtype} and cannot be cast to {dtype}; "
-                f"wrap the upstream module again with dtype={str(dtype).removeprefix('torch.')!r}"
+                f"TorchaxVAE runs in {self.dtype} and cannot be cast to {dtype}; it runs in float32 or "
+                f"bfloat16 only: wrap the upstream module again with dtype={other!r} for the other one"
             )
         if device is not None:
             self._device = torch.device(device)
+        return self
+
+    # Training scripts put a VAE they only encode with in inference mode;
+    # these say yes to that and refuse anything else.
+
+    @property
+    def training(self) -> bool:
+        """Always False: this VAE only runs inference."""
+        return False
+
+    def eval(self) -> TorchaxVAE:
+        """Upstream's ``eval()``: a no-op here (always in inference mode); returns self."""
+        return self
+
+    def train(self, mode: bool = True) -> TorchaxVAE:
+        """``train(False)`` is a no-op returning self, as ``eval()``.
+
+        Raises:
+            UnsupportedAttributeError: ``train(True)``: this VAE cannot be trained.
+        """
+        if mode:
+            raise UnsupportedAttributeError(
+                "TorchaxVAE runs inference only and cannot be put in training mode; train the upstream module",
+                name="train",
+                obj=self,
+            )
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> TorchaxVAE:
+        """``requires_grad_(False)`` is a no-op returning self (nothing here takes gradients).
+
+        Raises:
+            UnsupportedAttributeError: ``requires_grad_(True)``.
+        """
+        if requires_grad:
+            raise UnsupportedAttributeError(
+                "TorchaxVAE takes no gradients; requires_grad_(True) needs the upstream module",
+                name="requires_grad_",
+                obj=self,
+            )
         return self
 
     def __getattr__(self, name: str) -> Any:

@@ -73,12 +73,15 @@ def test_config_dtype_device_and_to(tiny_upstream):
     assert vae.to(torch.zeros(1)) is vae
     with pytest.raises(NotImplementedError, match="dtype='bfloat16'"):
         vae.to(torch.bfloat16)
+    # float16 cannot be had at all: the message points to what can.
+    with pytest.raises(NotImplementedError, match="float32 or bfloat16 only: .*dtype='bfloat16'"):
+        vae.to(torch.float16)
     # Non-torch inputs come back on `device`; torch inputs on their own device.
     out = vae.decode(torch.zeros((1, 4, 1, 1, 1)).numpy()).sample
     assert isinstance(out, torch.Tensor) and out.device == vae.device
 
 
-@pytest.mark.parametrize("name", ["save_pretrained", "tiled_encode", "encoder", "parameters", "state_dict", "train"])
+@pytest.mark.parametrize("name", ["save_pretrained", "tiled_encode", "encoder", "parameters", "state_dict", "zero_grad"])
 def test_other_upstream_attributes_raise(tiny_vae, name):
     assert hasattr(ct.random_upstream("tiny"), name)
     with pytest.raises(ct.UnsupportedAttributeError, match=f"AutoencoderKLCogVideoX.{name}.*decode, encode"):
@@ -107,3 +110,13 @@ def test_wrap_carries_tiling_and_slicing_over(tiny_upstream):
     assert vae.module.tile_overlap_factor_width == 0.25
     plain = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
     assert not plain.use_tiling and not plain.use_slicing
+
+
+def test_inference_mode_calls_of_training_scripts_are_no_ops(tiny_vae):
+    # diffusers' training scripts call these on a VAE they then only encode with.
+    assert tiny_vae.eval() is tiny_vae and tiny_vae.train(False) is tiny_vae
+    assert tiny_vae.requires_grad_(False) is tiny_vae and tiny_vae.training is False
+    with pytest.raises(ct.UnsupportedAttributeError, match="training mode"):
+        tiny_vae.train()
+    with pytest.raises(ct.UnsupportedAttributeError, match="no gradients"):
+        tiny_vae.requires_grad_(True)
