@@ -33,11 +33,11 @@ from cogvideox_torchax._torch_compat import import_torchax
 torchax = import_torchax()
 from torchax import interop  # noqa: E402  (torchax must come through the shim)
 
-from kernels.causal_conv import causal_conv3d  # noqa: E402
-from kernels.conv import ConvPolicy, conv  # noqa: E402
-from kernels.group_norm import group_norm  # noqa: E402
-from kernels.silu import silu  # noqa: E402
-from kernels.upsample import nearest, nearest_indices  # noqa: E402
+from cogvideox_torchax.kernels.causal_conv import causal_conv3d  # noqa: E402
+from cogvideox_torchax.kernels.conv import ConvPolicy, conv  # noqa: E402
+from cogvideox_torchax.kernels.group_norm import group_norm  # noqa: E402
+from cogvideox_torchax.kernels.silu import silu  # noqa: E402
+from cogvideox_torchax.kernels.upsample import nearest, nearest_indices  # noqa: E402
 
 
 def _is_torchax(x: Any) -> bool:

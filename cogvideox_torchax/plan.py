@@ -40,7 +40,7 @@ from jax.sharding import Mesh
 
 from cogvideox_torchax import frame_scan, patches, tiling
 from cogvideox_torchax.config import RuntimeOptions
-from kernels.conv import ConvPolicy
+from cogvideox_torchax.kernels.conv import ConvPolicy
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 _ALIASES = {"gpu": "cuda"}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.conv import conv, conv_reference
-from kernels.group_norm import group_norm, group_norm_reference
+from cogvideox_torchax.kernels.conv import conv, conv_reference
+from cogvideox_torchax.kernels.group_norm import group_norm, group_norm_reference
 from tests import hlo
 from tests.parity import assert_close
 
@@ -124,7 +124,7 @@ def test_bad_shapes_are_named(kwargs, match):
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_silu_matches_torch_and_reference(dtype):
-    from kernels.silu import silu, silu_reference
+    from cogvideox_torchax.kernels.silu import silu, silu_reference
 
     x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32) * 4
     xt = torch.from_numpy(x).to(torch.bfloat16 if dtype == jnp.bfloat16 else torch.float32)
@@ -267,7 +267,7 @@ def test_conv_bad_shapes_are_named(kwargs, match):
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_nearest_matches_torch_interpolate(shape, kwargs, dtype):
-    from kernels.upsample import nearest, nearest_reference
+    from cogvideox_torchax.kernels.upsample import nearest, nearest_reference
 
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(dtype)
     expected = torch.nn.functional.interpolate(x, **kwargs)

@@ -12,7 +12,7 @@ import torch
 
 import cogvideox_torchax as ct
 from cogvideox_torchax import patches, sharding
-from kernels.group_norm import group_norm
+from cogvideox_torchax.kernels.group_norm import group_norm
 from tests.parity import assert_close
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (simulated) devices")
