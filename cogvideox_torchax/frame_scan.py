@@ -34,7 +34,7 @@ class FrameScanMixin:
         tiled = self.use_tiling and (width > self.tile_latent_min_width or height > self.tile_latent_min_height)
         per_batch = self.num_latent_frames_batch_size
         num_batches = max(num_frames // per_batch, 1)
-        if tiled or num_batches < 2 or not patches._is_torchax(z):
+        if tiled or num_batches < 2 or not patches.is_torchax(z):
             return super()._decode(z, return_dict=return_dict)
 
         def step(z_batch, conv_cache):
@@ -73,30 +73,18 @@ class FrameScanMixin:
         return DecoderOutput(sample=dec)
 
 
-class FrameScanCogVideoX(FrameScanMixin, AutoencoderKLCogVideoX):
-    """`AutoencoderKLCogVideoX` whose frame-batch loop is a scan under torchax."""
-
-
 def apply_frame_scan(vae: AutoencoderKLCogVideoX) -> int:
-    """Makes ``vae`` decode its later frame batches with one scan.
+    """Makes ``vae`` decode its later frame batches with one scan (`FrameScanMixin`).
 
     Also applies `patches.apply_conv_cache_trim`, without which the first
     batch's cache has a different shape from the later ones' and cannot
-    start the scan carry.
+    start the scan carry. Composes with `tiling.apply_tile_batching` in
+    either order.
 
     Returns:
         1 if ``vae`` changed in this call, 0 if it already scanned.
     """
-    from cogvideox_torchax import tiling  # its classes combine both patches
-
-    swaps = {
-        AutoencoderKLCogVideoX: FrameScanCogVideoX,
-        tiling.BatchedTilesCogVideoX: tiling.BatchedTilesFrameScanCogVideoX,
-    }
     if not isinstance(vae, AutoencoderKLCogVideoX):
         raise TypeError(f"apply_frame_scan expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
     patches.apply_conv_cache_trim(vae)
-    if isinstance(vae, FrameScanMixin):
-        return 0
-    vae.__class__ = swaps[type(vae)]
-    return 1
+    return patches.add_mixin(vae, FrameScanMixin)

@@ -9,10 +9,9 @@ engage for torchax tensors, i.e. inside our jitted decode.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -40,8 +39,33 @@ from cogvideox_torchax.kernels.silu import silu  # noqa: E402
 from cogvideox_torchax.kernels.upsample import nearest, nearest_indices  # noqa: E402
 
 
-def _is_torchax(x: Any) -> bool:
+def is_torchax(x: Any) -> bool:
+    """Whether ``x`` is a torchax tensor, i.e. we are inside our traced call (patches act only then)."""
     return isinstance(x, (torchax.tensor.Tensor, torchax.view.View))
+
+
+# One class per (mixin, class) pair, made on first use: loop-level patches
+# (frame_scan, tiling) compose in any order without a class per combination.
+_COMPOSED: dict[tuple[type, type], type] = {}
+
+
+def add_mixin(module: torch.nn.Module, mixin: type) -> int:
+    """Puts ``mixin`` in front of ``module``'s class, keeping whatever patches that class has.
+
+    Each mixin overrides its own methods and calls ``super()``, so any number
+    compose in any order.
+
+    Returns:
+        1 if ``module``'s class changed, 0 if it already had ``mixin``.
+    """
+    if isinstance(module, mixin):
+        return 0
+    base = type(module)
+    if (mixin, base) not in _COMPOSED:
+        name = mixin.__name__.removesuffix("Mixin") + base.__name__
+        _COMPOSED[mixin, base] = type(name, (mixin, base), {"__doc__": f"`{base.__name__}` with `{mixin.__name__}`."})
+    module.__class__ = _COMPOSED[mixin, base]
+    return 1
 
 
 class ChunkFreeSafeConv3d(CogVideoXSafeConv3d):
@@ -70,7 +94,7 @@ class _FusedBiasConv:
     conv_policy: ConvPolicy = ConvPolicy()
 
     def _conv_forward(self, input, weight, bias):
-        if not _is_torchax(input) or self.padding_mode != "zeros" or isinstance(self.padding, str):
+        if not is_torchax(input) or self.padding_mode != "zeros" or isinstance(self.padding, str):
             return super()._conv_forward(input, weight, bias)
         fn = functools.partial(
             conv,
@@ -103,7 +127,7 @@ class JaxGroupNorm(torch.nn.GroupNorm):
     """`nn.GroupNorm` computed by `kernels.group_norm.group_norm` under torchax."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not _is_torchax(input):
+        if not is_torchax(input):
             return super().forward(input)
         fn = functools.partial(group_norm, num_groups=self.num_groups, eps=self.eps)
         return interop.torch_view(fn)(input, self.weight, self.bias)
@@ -113,7 +137,7 @@ class JaxSiLU(torch.nn.SiLU):
     """`nn.SiLU` computed by `kernels.silu.silu` (one rounding) under torchax."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not _is_torchax(input):
+        if not is_torchax(input):
             return super().forward(input)
         return interop.torch_view(silu)(input)
 
@@ -229,7 +253,7 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
     """
 
     def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
-        if not _is_torchax(inputs) or self.pad_mode == "replicate":
+        if not is_torchax(inputs) or self.pad_mode == "replicate":
             return super().forward(inputs, conv_cache)
         x = inputs
         padded = self.fake_context_parallel_forward(x, conv_cache)
@@ -280,7 +304,7 @@ class TimeTapCausalConv3d(CacheFirstCausalConv3d):
     """
 
     def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
-        if not _is_torchax(inputs) or not _time_taps_apply(self):
+        if not is_torchax(inputs) or not _time_taps_apply(self):
             return super().forward(inputs, conv_cache)
         fn = functools.partial(causal_conv3d, padding_hw=tuple(self.conv.padding[1:]))
         output, state = interop.torch_view(fn)(inputs, conv_cache, self.conv.weight, self.conv.bias)
@@ -349,7 +373,7 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
     """
 
     def forward(self, f: torch.Tensor, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None = None):
-        if not _is_torchax(f) or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b)):
+        if not is_torchax(f) or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b)):
             return super().forward(f, zq, conv_cache)
         conv_cache = conv_cache or {}
         new_conv_cache = {}
@@ -401,7 +425,7 @@ def _nearest_interpolate(
     antialias=False,
 ):
     """`F.interpolate` for ``mode="nearest"`` by `kernels.upsample.nearest`; other modes go to torchax as before."""
-    if mode != "nearest" or antialias or not _is_torchax(input):
+    if mode != "nearest" or antialias or not is_torchax(input):
         raise torchax.tensor.OperatorNotFound("not nearest: torchax's own path")  # torchax falls back
     spatial = input.ndim - 2
     if size is not None:
@@ -417,49 +441,55 @@ def _nearest_interpolate(
     return interop.torch_view(fn)(input)
 
 
-@contextlib.contextmanager
-def nearest_interpolation(env: Any) -> Iterator[None]:
-    """Within the block, ``F.interpolate(mode="nearest")`` on torchax tensors stays in the input dtype.
+_ENVIRONMENTS: dict[bool, Any] = {}
 
-    `F.interpolate` is a function, not a module, so this patch is scoped to
-    a block (our traced decode) rather than applied to a module: torchax's
-    environment ``env`` gets an override for the block's duration only.
+
+def traced_environment(nearest_upsample: bool) -> Any:
+    """The torchax environment our traced calls run in, one per setting.
+
+    ``F.interpolate`` is a function, not a module, so the nearest-upsample
+    patch cannot be applied to a module: it is an op override
+    (torchax's public ``override_op_definition``) on an environment of our
+    own, used only inside our jitted encode and decode, so torchax's
+    default environment and anyone else's torch code keep torchax's own
+    lowering.
     """
-    key = torch.nn.functional.interpolate
-    previous = env._ops.get(key)
-    env.override_op_definition(key, _nearest_interpolate)
-    try:
-        yield
-    finally:
-        if previous is None:
-            env._ops.pop(key, None)
-        else:
-            env._ops[key] = previous
+    if nearest_upsample not in _ENVIRONMENTS:
+        env = torchax.tensor.Environment()
+        if nearest_upsample:
+            env.override_op_definition(torch.nn.functional.interpolate, _nearest_interpolate)
+        _ENVIRONMENTS[nearest_upsample] = env
+    return _ENVIRONMENTS[nearest_upsample]
 
 
 # Activations are constrained where they are produced: every causal conv (the
 # bulk of the compute), every norm, and every upsampler (where width doubles).
 _SHARDED_OUTPUTS = (CogVideoXCausalConv3d, torch.nn.GroupNorm, CogVideoXUpsample3D)
-_HOOK_ATTR = "_cogvideox_torchax_sharding_hook"
+class ShardedOutputMixin:
+    """Constrains a module's output to `sharding.activation_spec` on its ``activation_mesh``.
 
+    ``activation_mesh`` is set by `apply_width_sharding`; None (or a
+    one-device mesh) leaves outputs alone. Of a tuple output (a causal
+    conv's ``(activation, conv_cache)``) only the first element is the
+    activation.
+    """
 
-def _sharding_hook(mesh: Mesh):
-    constrain = interop.torch_view(functools.partial(sharding.constrain_activation, mesh=mesh))
+    activation_mesh: Mesh | None = None
 
-    def hook(module, args, output):
-        # CogVideoXCausalConv3d returns (activation, conv_cache).
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        output = super().forward(*args, **kwargs)
+        mesh = self.activation_mesh
         first = output[0] if isinstance(output, tuple) else output
-        if not _is_torchax(first):
-            return None
-        first = constrain(first)
+        if mesh is None or mesh.size == 1 or not is_torchax(first):
+            return output
+        first = interop.torch_view(functools.partial(sharding.constrain_activation, mesh=mesh))(first)
         return (first, *output[1:]) if isinstance(output, tuple) else first
-
-    return hook
 
 
 def apply_width_sharding(vae: torch.nn.Module, mesh: Mesh | None) -> int:
     """Constrains activations to split width over ``tp`` and batch over ``dp``.
 
+    Apply it after the other module patches (they swap exact classes).
     Re-applying replaces the previous mesh; ``None`` or a one-device mesh
     removes the constraints.
 
@@ -471,10 +501,9 @@ def apply_width_sharding(vae: torch.nn.Module, mesh: Mesh | None) -> int:
     for module in vae.modules():
         if not isinstance(module, _SHARDED_OUTPUTS):
             continue
-        old = module.__dict__.pop(_HOOK_ATTR, None)
-        if old is not None:
-            old.remove()
         if active:
-            module.__dict__[_HOOK_ATTR] = module.register_forward_hook(_sharding_hook(mesh))
+            add_mixin(module, ShardedOutputMixin)
             count += 1
+        if isinstance(module, ShardedOutputMixin):
+            module.activation_mesh = mesh if active else None
     return count

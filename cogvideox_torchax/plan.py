@@ -258,7 +258,7 @@ def apply_plan(module: torch.nn.Module, plan: RunPlan, mesh: Mesh) -> None:
 
     ``mesh`` places the sharding constraints; its shape must be the plan's.
     ``nearest_upsample`` is not a module patch: the traced call scopes it
-    (`patches.nearest_interpolation`).
+    (`patches.traced_environment`).
     """
     if (mesh.shape["dp"], mesh.shape["tp"]) != (plan.target.dp, plan.target.tp):
         raise ValueError(f"mesh {dict(mesh.shape)} does not match the plan's dp={plan.target.dp},tp={plan.target.tp}")

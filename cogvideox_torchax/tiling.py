@@ -28,14 +28,11 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax import frame_scan, patches
+from cogvideox_torchax import patches
 from cogvideox_torchax._torch_compat import import_torchax
 
 torchax = import_torchax()
 from torchax import interop  # noqa: E402
-
-_STEP_ATTR = "_cogvideox_torchax_tiles_per_step"
-
 
 def blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
     """``b`` with its first rows along ``axis`` faded in from ``a``'s last rows.
@@ -61,10 +58,16 @@ def blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
 
 
 class BatchedTilesMixin:
-    """Overrides ``tiled_decode``: upstream's tiles, decoded by shape group under torchax."""
+    """Overrides ``tiled_decode``: upstream's tiles, decoded by shape group under torchax.
+
+    ``tiles_per_step`` (set by `apply_tile_batching`) is how many tiles one
+    scan step decodes together.
+    """
+
+    tiles_per_step: int = 1
 
     def tiled_decode(self, z: torch.Tensor, return_dict: bool = True):
-        if not patches._is_torchax(z):
+        if not patches.is_torchax(z):
             return super().tiled_decode(z, return_dict=return_dict)
         batch, _, _, height, width = z.shape
         tile_h, tile_w = self.tile_latent_min_height, self.tile_latent_min_width
@@ -114,7 +117,7 @@ class BatchedTilesMixin:
 
     def _decode_tile_group(self, stacked: torch.Tensor, count: int) -> torch.Tensor:
         """Decodes ``count`` same-shape tiles stacked on the batch, ``tiles_per_step`` per scan step."""
-        per_step = max(1, min(getattr(self, _STEP_ATTR, 1), count))
+        per_step = max(1, min(self.tiles_per_step, count))
         batch = stacked.shape[0] // count
         if per_step >= count:
             # Tiles are at most one tile in size: _decode never re-enters tiling.
@@ -137,18 +140,12 @@ class BatchedTilesMixin:
         return env.j2t_iso(videos)
 
 
-class BatchedTilesCogVideoX(BatchedTilesMixin, AutoencoderKLCogVideoX):
-    """`AutoencoderKLCogVideoX` whose tiled decode batches equal-shape tiles."""
-
-
-class BatchedTilesFrameScanCogVideoX(BatchedTilesMixin, frame_scan.FrameScanMixin, AutoencoderKLCogVideoX):
-    """Both: batched tiles, each tile group's frame batches scanned."""
-
-
 def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) -> int:
     """Makes ``vae``'s tiled decode group equal-shape tiles and scan over them.
 
     Tiling itself stays upstream's switch: ``vae.enable_tiling(...)``.
+
+    Composes with `frame_scan.apply_frame_scan` in either order.
 
     Args:
         vae: an upstream VAE (possibly already frame-scanned).
@@ -163,12 +160,6 @@ def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) ->
         raise TypeError(f"apply_tile_batching expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
     if tiles_per_step < 1:
         raise ValueError(f"tiles_per_step must be >= 1, got {tiles_per_step}")
-    setattr(vae, _STEP_ATTR, int(tiles_per_step))
-    if isinstance(vae, BatchedTilesMixin):
-        return 0
-    swaps = {
-        AutoencoderKLCogVideoX: BatchedTilesCogVideoX,
-        frame_scan.FrameScanCogVideoX: BatchedTilesFrameScanCogVideoX,
-    }
-    vae.__class__ = swaps[type(vae)]
-    return 1
+    changed = patches.add_mixin(vae, BatchedTilesMixin)
+    vae.tiles_per_step = int(tiles_per_step)
+    return changed

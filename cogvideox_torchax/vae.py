@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import warnings
 from collections.abc import Mapping
@@ -117,9 +116,8 @@ class _Program:
         method, kwargs = self._METHODS[kind]
 
         def run(weights: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-            env = torchax.default_env()
-            nearest = patches.nearest_interpolation(env) if self.plan.applies("nearest_upsample") else None
-            with env, torch.no_grad(), nearest or contextlib.nullcontext():
+            env = patches.traced_environment(self.plan.applies("nearest_upsample"))
+            with env, torch.no_grad():
                 weights_t, x_t = env.j2t_iso((weights, x))
                 out = self._jittable.functional_call(method, weights_t, {}, x_t, **kwargs)
             return env.t2j_iso(out[0] if isinstance(out, tuple) else out)

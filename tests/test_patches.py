@@ -98,20 +98,24 @@ def test_safe_conv_same_numbers_under_torchax():
     assert_close(got, expected, atol=1e-5, label="chunk-free conv")
 
 
-def test_width_sharding_hooks_replace_and_remove(fresh):
+def test_width_sharding_meshes_replace_and_remove(fresh):
     mesh = ct.make_mesh("dp=1,tp=1")
     assert patches.apply_width_sharding(fresh, mesh) == 0  # one device: nothing to constrain
 
     class FakeMesh:  # a two-device mesh is not available in this process
         size = 2
 
-    n = patches.apply_width_sharding(fresh, FakeMesh())
+    first, second = FakeMesh(), FakeMesh()
+    n = patches.apply_width_sharding(fresh, first)
     assert n > 0
-    assert patches.apply_width_sharding(fresh, FakeMesh()) == n
-    hooks = sum(len(m._forward_hooks) for m in fresh.modules())
-    assert hooks == n  # re-applying replaced, did not stack
+    assert patches.apply_width_sharding(fresh, second) == n
+    sharded = [m for m in fresh.modules() if isinstance(m, patches.ShardedOutputMixin)]
+    assert len(sharded) == n and all(m.activation_mesh is second for m in sharded)  # replaced, not stacked
     assert patches.apply_width_sharding(fresh, None) == 0
-    assert sum(len(m._forward_hooks) for m in fresh.modules()) == 0
+    assert all(m.activation_mesh is None for m in sharded)
+    # Eager torch still runs as upstream through the mixin.
+    z = torch.randn(1, 4, 2, 2, 2, generator=torch.Generator().manual_seed(0))
+    assert fresh.decode(z).sample.shape == (1, 3, 8, 16, 16)
 
 
 @pytest.mark.parametrize("order", ["safe_conv first", "conv_bias first"])
@@ -151,8 +155,14 @@ def test_frame_scan_and_tile_batching_compose_in_either_order(fresh, order):
         steps.reverse()
     for apply in steps:
         assert apply(fresh) == 1
-    assert type(fresh) is tiling.BatchedTilesFrameScanCogVideoX
-    assert frame_scan.apply_frame_scan(fresh) == 0 and tiling.apply_tile_batching(fresh) == 0
+    assert isinstance(fresh, tiling.BatchedTilesMixin) and isinstance(fresh, frame_scan.FrameScanMixin)
+    assert frame_scan.apply_frame_scan(fresh) == 0 and tiling.apply_tile_batching(fresh, tiles_per_step=2) == 0
+    assert fresh.tiles_per_step == 2
+    # One class per combination, reused: a second module patched alike gets the same class.
+    other = ct.random_upstream("tiny", seed=1)
+    for apply in steps:
+        apply(other)
+    assert type(other) is type(fresh)
 
 
 def test_time_tap_patch_follows_cache_first_and_keeps_eager_results(fresh):
@@ -194,3 +204,10 @@ def test_low_res_spatial_norm_builds_no_full_size_scale():
     text = traced().lower(*args).as_text()
     full = r"stablehlo\.convolution[^\n]*-> tensor<1x64x5x16x24xf32>"
     assert re.search(full, upstream_text) and not re.search(full, text)
+
+
+def test_nearest_override_lives_in_our_own_environment():
+    torchax = import_torchax()
+    ours = patches.traced_environment(True)
+    assert ours is patches.traced_environment(True) and ours is not patches.traced_environment(False)
+    assert ours is not torchax.default_env()  # torchax's default environment is never edited
