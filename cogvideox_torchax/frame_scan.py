@@ -50,11 +50,9 @@ class FrameScanMixin:
         # first batch (only its output, not the carry, depends on it) is not
         # scheduled into the loop's lifetime. XLA:CPU deletes barriers unless
         # compiled with patches.KEEP_BARRIERS_COMPILER_OPTIONS (as
-        # TorchaxVAE.compile_decode does with cache_first); the helper that
-        # found the cache problem measured this barrier at 15.6 vs 17.0 GiB
-        # (13 latent frames, 480x720, 2b, fp32, before channels-last convs).
-        # The 92 GB it was first meant to fix came from the conv caches: see
-        # patches.CacheFirstCausalConv3d.
+        # TorchaxVAE.compile_decode does with cache_first). Measured: 15.6
+        # vs 17.0 GiB without it (13 latent frames, 480x720, 2b, fp32,
+        # channels-first convs).
         first, conv_cache = env.j2t_iso(jax.lax.optimization_barrier(env.t2j_iso((first, conv_cache))))
         rest = env.t2j_iso(z[:, :, first_len:])  # (B, C, (n-1) * per_batch, H, W)
         xs = rest.reshape(batch, channels, num_batches - 1, per_batch, height, width).transpose(2, 0, 1, 3, 4, 5)

@@ -244,12 +244,10 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
 
     Here a barrier on ``(input, cache)`` makes the convolution wait for the
     cache: the cache exists before the input can die, and it is a copy of
-    two frames, not a view of the batch. The values are upstream's.
-
-    An earlier version also put the input itself behind a barrier first
-    (materialising it). It saved no memory (16.90 GiB either way at 13
-    frames, 480x720) and made the scanned decode 2.2x slower on XLA:CPU
-    (2b, (1,16,5,8,8): 46 s vs 22 s), so it is gone.
+    two frames, not a view of the batch. The values are upstream's. The
+    input itself is not put behind a barrier (materialised): that saves no
+    memory (16.90 GiB either way at 13 frames, 480x720) and makes the
+    scanned decode 2.2x slower on XLA:CPU (2b, (1,16,5,8,8): 46 s vs 22 s).
     """
 
     def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
