@@ -1,26 +1,45 @@
 """What the ``decode`` and ``encode`` commands share: model options, stages, errors.
 
 Both are thin command lines over the library with the same rules: progress
-bars per stage on stderr, a summary (or ``--json``) on stdout, bad input as
-one line on stderr with exit code 2 and no output, 1 for our own errors, 130
-when interrupted.
+bars per stage on stderr, a summary (or ``--json``) on stdout, and the exit
+codes of `EXIT_CODES`: every failure is one line on stderr (``--debug`` for
+the traceback) and leaves no output.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 RANDOM_PREFIX = "random:"
 
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = """exit codes:
+  0    success: every output was written
+  1    an error of this tool or the system (e.g. a disk filling up while writing); nothing written
+  2    bad input or a refused output (unreadable or out-of-range latents/video, broken model
+       folder or config, an output that exists or may not be replaced, an unwritable folder,
+       a decode that would produce NaN/Inf); nothing written, checked before decoding
+       wherever it can be
+  3    out of memory while compiling or running (the message names the shape); nothing written
+  130  interrupted (Ctrl-C); nothing written
+
+--overwrite replaces an existing file, or a folder holding nothing but frame_*.png files;
+anything else is refused with exit code 2. Outputs appear only when all are complete."""
+
 
 class UsageError(Exception):
     """Bad input; reported as one line with exit code 2."""
+
+
+class OutOfMemory(Exception):
+    """The compile or the run needs more memory than there is; reported as one line with exit code 3."""
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,14 +80,38 @@ def check_dtype(args: argparse.Namespace) -> None:
         raise UsageError(str(e)) from e
 
 
+_warned: set[str] = set()
+
+
+def warn_once(text: str, quiet: bool = False) -> None:
+    """One ``warning:`` line on stderr, once per process (nothing when quiet)."""
+    if text not in _warned and not quiet:
+        print(f"warning: {text}", file=sys.stderr)
+    _warned.add(text)
+
+
 def compile_cache_from_args(args: argparse.Namespace) -> Path | None:
-    """Turns the persistent compile cache on (returns its folder) or off (None) as the options say."""
+    """Turns the persistent compile cache on (returns its folder) or off (None) as the options say.
+
+    A ``--compile-cache`` folder that cannot be created or written is bad
+    input; a default folder that cannot (e.g. a home that is not writable)
+    is a warning, and the run goes on without the cache.
+    """
     from cogvideox_torchax import compile_cache
 
     if args.no_compile_cache:
         compile_cache.disable_compile_cache()
         return None
-    return compile_cache.enable_compile_cache(args.compile_cache)
+    try:
+        return compile_cache.enable_compile_cache(args.compile_cache)
+    except OSError as e:
+        if args.compile_cache is not None:
+            raise UsageError(
+                f"compile cache folder {e.strerror}; pass another --compile-cache or --no-compile-cache"
+            ) from e
+        warn_once(f"cannot use the default compile cache {e.strerror}; running without it", args.quiet)
+        compile_cache.disable_compile_cache()
+        return None
 
 
 def load_model(args: argparse.Namespace):
@@ -137,12 +180,82 @@ def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[in
     return stage, cache_events
 
 
+def _is_out_of_memory(e: BaseException) -> bool:
+    if isinstance(e, MemoryError):
+        return True
+    if isinstance(e, (UsageError, ValueError)):
+        return False
+    text = str(e)
+    return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+
+
+@contextlib.contextmanager
+def out_of_memory_as_exit_3(what: str, shape: tuple[int, ...], vae=None) -> Iterator[None]:
+    """Turns XLA's RESOURCE_EXHAUSTED / out-of-memory errors (and MemoryError) inside the block into `OutOfMemory`."""
+    try:
+        yield
+    except Exception as e:
+        if not _is_out_of_memory(e):
+            raise
+        where = ""
+        if vae is not None:
+            where = f" ({vae.options.dtype}, mesh {dict(vae.mesh.shape)})"
+        first = " ".join(str(e).split("\n")[0].split())[:200] or type(e).__name__
+        raise OutOfMemory(
+            f"out of memory {what} shape {tuple(int(v) for v in shape)}{where}: {first}; "
+            "try --dtype bfloat16, a larger --mesh, or a smaller input"
+        ) from e
+
+
+def nonfinite_cause(vae, what: str, input_largest: float) -> str:
+    """Why a decode or encode result holds NaN/Inf: NaN weights, or an input out of range for the dtype."""
+    import jax.numpy as jnp
+
+    for key, w in vae.weights.items():
+        if not bool(jnp.isfinite(w).all()):
+            return f"the model's weight {key!r} holds NaN or Inf; nothing was written"
+    return (
+        f"the {what} produced NaN or Inf: its input (largest |value| {input_largest:.3g}) is out of range for "
+        f"{vae.options.dtype} computation; nothing was written"
+    )
+
+
+def check_finite(result, vae, what: str, input_largest: float) -> None:
+    """Raises `UsageError` (exit 2, nothing written) when ``result`` holds NaN or Inf, naming the cause."""
+    import numpy as np
+
+    if not np.isfinite(result).all():
+        raise UsageError(nonfinite_cause(vae, what, input_largest))
+
+
 def one_line(e: BaseException) -> str:
     # ModelLoadError, LatentsError, FramesError and OutputError are
     # ValueErrors with a message written for the user; anything else is ours
     # and says its type.
     text = " ".join(str(e).split())
-    return text if isinstance(e, (UsageError, ValueError)) else f"{type(e).__name__}: {text}"
+    return text if isinstance(e, (UsageError, OutOfMemory, ValueError)) else f"{type(e).__name__}: {text}"
+
+
+def command(
+    parser: Callable[[], argparse.ArgumentParser],
+    argv: list[str] | None,
+    run: Callable[[argparse.Namespace], dict[str, Any]],
+    print_summary: Callable[[dict[str, Any]], None],
+) -> int:
+    """Parses ``argv`` and runs a command; returns the exit code (see `EXIT_CODES`).
+
+    An interrupt at any point in here ends with 130, one line and no
+    traceback; argparse's own usage errors keep its exit code 2.
+    """
+    try:
+        try:
+            args = parser().parse_args(argv)
+        except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
+            return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
+        return main(args, run, print_summary)
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def main(
@@ -150,19 +263,21 @@ def main(
     run: Callable[[argparse.Namespace], dict[str, Any]],
     print_summary: Callable[[dict[str, Any]], None],
 ) -> int:
-    """Runs a command; returns the exit code (0, 1 internal error, 2 bad input, 130 interrupted)."""
+    """Runs a command; returns the exit code (see `EXIT_CODES`)."""
     try:
         summary = run(args)
     except KeyboardInterrupt:
         print("error: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # one line for the user; the traceback with --debug
         if args.debug:
             raise
         print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2 if isinstance(e, (UsageError, ValueError)) else 1
+        if isinstance(e, OutOfMemory):
+            return EXIT_OUT_OF_MEMORY
+        return EXIT_BAD_INPUT if isinstance(e, (UsageError, ValueError)) else EXIT_ERROR
     if args.json:
         print(json.dumps(summary))
     elif not args.quiet:
         print_summary(summary)
-    return 0
+    return EXIT_OK

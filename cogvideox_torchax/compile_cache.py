@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,14 +43,33 @@ def enable_compile_cache(path: str | os.PathLike | None = None) -> Path:
 
     Returns:
         The folder in use.
+
+    Raises:
+        OSError: the folder cannot be created or written (probed by creating
+            and removing a file in it); the cache is then left as it was.
     """
     folder = Path(path).expanduser() if path is not None else default_cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    check_usable(folder)
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return folder
+
+
+def check_usable(folder: Path) -> None:
+    """Creates ``folder`` if missing and probes that a file can be written in it.
+
+    Raises:
+        OSError: it cannot (the message names the folder and the reason).
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise OSError(e.errno, f"{str(folder)!r}: {e.strerror or e}") from e
 
 
 def disable_compile_cache() -> None:

@@ -6,8 +6,9 @@ in ``(B, C, T, H, W)`` (as ``vae.decode`` takes them) or ``(B, T, C, H, W)``
 divided by the model's scaling factor unless ``--no-unscale``. The video is
 written as H.264 ``.mp4``, a folder of PNG frames (an output name without a
 suffix), or raw float frames (``.npy`` / ``.safetensors``); one output per
-video of the batch. Bad input is one line on stderr, exit code 2, and no
-output file.
+video of the batch, all written under temporary names and moved in together
+at the end. Bad input is one line on stderr, exit code 2, and no output
+file; the exit codes are listed in ``--help``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m cogvideox_torchax.decode",
         description=__doc__.split("\n\n")[1].replace("\n", " "),
+        epilog=_cli.EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("latents", help="safetensors file holding the latents")
     p.add_argument("--key", help="tensor to decode when the file holds several")
@@ -49,7 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate (default 8, as CogVideoX-2b)")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
-    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace existing outputs: files, or folders holding only frame_*.png (never anything else)",
+    )
     add_run_arguments(p)
     return p
 
@@ -72,10 +79,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     z = latents.read_latents(args.latents, args.key)
     latents.check_shape(z.shape)
     outputs = video.output_paths(Path(args.output), z.shape[0])
-    video.check_outputs(outputs, args.overwrite)
+    # Every output path is checked, and its temporary entry made (the
+    # writability probe), before anything expensive.
+    with video.StagedOutputs(outputs, overwrite=args.overwrite) as staged:
+        summary = _decode(args, z, kind, staged, show_memory)
+        staged.commit()
+    return summary
 
+
+def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -> dict[str, Any]:
     import jax
     import numpy as np
+
+    from cogvideox_torchax import latents, memory, video
 
     cache_dir = _cli.compile_cache_from_args(args)
     vae, load = _cli.load_stage(args, show_memory)
@@ -84,26 +100,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         z, config.latent_channels, config.scaling_factor, layout=args.layout, unscale=args.unscale
     )
     vae.check_latents(z.shape)
+    latents.check_range(z, vae.options.dtype, unscaled_by=float(config.scaling_factor) if args.unscale else None)
 
-    compile_stage, cache_events = _cli.compile_stage(vae.compile_decode, z.shape, args, show_memory)
+    with _cli.out_of_memory_as_exit_3("compiling the decode of latents", z.shape, vae):
+        compile_stage, cache_events = _cli.compile_stage(vae.compile_decode, z.shape, args, show_memory)
 
     batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
-    with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
-        # One compiled program decodes the whole batch; the bar completes
-        # when it returns.
-        decoded = jax.block_until_ready(vae.decode_jax(z))
-        decode.tick(batch * frames_per_video)
-    if show_memory:
-        memory.report("decode")
-    host = np.asarray(decoded.astype(jax.numpy.float32))
-    del decoded
+    with _cli.out_of_memory_as_exit_3("decoding latents", z.shape, vae):
+        with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
+            # One compiled program decodes the whole batch; the bar completes
+            # when it returns.
+            decoded = jax.block_until_ready(vae.decode_jax(z))
+            decode.tick(batch * frames_per_video)
+        if show_memory:
+            memory.report("decode")
+        host = np.asarray(decoded.astype(jax.numpy.float32))
+        del decoded
+    _cli.check_finite(host, vae, "decode", float(np.abs(z).max()))
 
     per_video = 1 if kind in ("npy", "safetensors") else frames_per_video
     with Stage("write", batch * per_video, "frame" if per_video > 1 else "file", args.quiet) as write:
-        for path, one in zip(outputs, host, strict=True):
-            video.write_video(path, one, fps=args.fps, crf=args.crf, tick=write.tick)
+        for tmp, one in zip(staged.temps, host, strict=True):
+            video.write_video_to(tmp, kind, one, fps=args.fps, crf=args.crf, tick=write.tick)
     if show_memory:
         memory.report("write")
+    outputs = staged.paths
 
     return {
         "outputs": [str(p) for p in outputs],
@@ -148,8 +169,8 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the command line; returns the exit code (0, 1 internal error, 2 bad input, 130 interrupted)."""
-    return _cli.main(_parser().parse_args(argv), run, _print_summary)
+    """Runs the command line; returns the exit code (0 ok, 1 error, 2 bad input, 3 out of memory, 130 interrupted)."""
+    return _cli.command(_parser, argv, run, _print_summary)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ the same length (see `cogvideox_torchax.frames`). The latents are written as
 the pipeline holds them, ``(1, T, C, H, W)`` multiplied by the model's
 scaling factor, under the key ``latents``, so the decode command reads them
 back with no flags. Bad input is one line on stderr, exit code 2, and no
-output file.
+output file; the exit codes are listed in ``--help``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m cogvideox_torchax.encode",
         description=__doc__.split("\n\n")[1].replace("\n", " "),
+        epilog=_cli.EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("video", help="video file (.mp4, .mov, .mkv, .webm) or a folder of frames (.png, .jpg, ...)")
     p.add_argument(
@@ -54,29 +56,39 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the torch generator for --sample")
     add_model_arguments(p)
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file (never a folder)")
     add_run_arguments(p)
     return p
 
 
 def _check_args(args: argparse.Namespace) -> tuple[int, int] | None:
     """Checks what needs no reading; returns the parsed --size."""
-    from cogvideox_torchax import frames, video
+    from cogvideox_torchax import frames
 
     _cli.check_dtype(args)
     if Path(args.output).suffix.lower() != ".safetensors":
         raise UsageError(f"output must be a .safetensors file, got {args.output!r}")
     if args.frames is not None and args.frames < 1:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")
-    video.check_outputs([Path(args.output)], args.overwrite)
     return None if args.size is None else frames.parse_size(args.size)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Encodes as the parsed arguments say and returns the summary."""
-    from cogvideox_torchax import frames, latents, memory
+    from cogvideox_torchax import video
 
     size = _check_args(args)
+    # The output path is checked, and its temporary file made (the
+    # writability probe), before anything expensive.
+    with video.StagedOutputs([Path(args.output)], overwrite=args.overwrite, is_dir=False) as staged:
+        summary = _encode(args, size, staged.temps[0])
+        staged.commit()
+    return summary
+
+
+def _encode(args: argparse.Namespace, size: tuple[int, int] | None, tmp: Path) -> dict[str, Any]:
+    from cogvideox_torchax import frames, latents, memory
+
     show_memory = args.memory_report or memory.enabled_by_env()
 
     with Stage("read", 1, "video", args.quiet) as read:
@@ -93,25 +105,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     vae, load = _cli.load_stage(args, show_memory)
     vae.check_video(x.shape)
 
-    compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
+    with _cli.out_of_memory_as_exit_3("compiling the encode of video", x.shape, vae):
+        compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
 
     num_frames = x.shape[2]
-    with Stage("encode", num_frames, "frame", args.quiet) as encode:
-        # One compiled program encodes the whole video; the bar completes
-        # when it returns.
-        posterior = vae.encode(x).latent_dist
-        if args.sample:
-            z = posterior.sample(generator=torch.Generator().manual_seed(args.sample_seed))
-        else:
-            z = posterior.mode()
-        encode.tick(num_frames)
+    with _cli.out_of_memory_as_exit_3("encoding video", x.shape, vae):
+        with Stage("encode", num_frames, "frame", args.quiet) as encode:
+            # One compiled program encodes the whole video; the bar completes
+            # when it returns.
+            posterior = vae.encode(x).latent_dist
+            if args.sample:
+                z = posterior.sample(generator=torch.Generator().manual_seed(args.sample_seed))
+            else:
+                z = posterior.mode()
+            encode.tick(num_frames)
     if show_memory:
         memory.report("encode")
 
     scaling = float(vae.config.scaling_factor)
     out = latents.to_pipeline_latents(z.float().numpy(), scaling)
-    if not np.isfinite(out).all():
-        raise RuntimeError("the encoder produced NaN or Inf latents")
+    _cli.check_finite(out, vae, "encode", float(np.abs(x).max()))
     metadata = {
         "layout": "BTCHW",
         "scaling_factor": repr(scaling),
@@ -122,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "width": str(x.shape[4]),
     }
     with Stage("write", 1, "file", args.quiet) as write:
-        latents.write_latents(args.output, out, key=LATENTS_KEY, metadata=metadata)
+        latents.save_latents_file(tmp, out, key=LATENTS_KEY, metadata=metadata)
         write.tick()
     if show_memory:
         memory.report("write")
@@ -169,8 +182,8 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the command line; returns the exit code (0, 1 internal error, 2 bad input, 130 interrupted)."""
-    return _cli.main(_parser().parse_args(argv), run, _print_summary)
+    """Runs the command line; returns the exit code (0 ok, 1 error, 2 bad input, 3 out of memory, 130 interrupted)."""
+    return _cli.command(_parser, argv, run, _print_summary)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
 
     Raises:
         LatentsError: missing or unreadable file, no tensors, several and no
-            ``key``, an unknown ``key``, a non-float tensor, NaN or Inf.
+            ``key``, an unknown ``key``, a tensor that is not float16, bfloat16,
+            float32 or float64, NaN or Inf, values beyond float32's range.
     """
     import torch
     from safetensors import SafetensorError, safe_open
@@ -55,14 +56,46 @@ def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
             tensor = f.get_tensor(key)
     except LatentsError:
         raise
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+    except (SafetensorError, OSError, ValueError, RuntimeError, TypeError, OverflowError, KeyError) as e:
         raise LatentsError(f"{str(path)!r} is not a readable safetensors file: {e}") from e
-    if not tensor.is_floating_point():
-        raise LatentsError(f"latents {key!r} in {str(path)!r} are {tensor.dtype}, not floating point")
-    z = tensor.to(torch.float32).numpy()
-    if not np.isfinite(z).all():
+    if tensor.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise LatentsError(f"latents {key!r} in {str(path)!r} are {tensor.dtype}, not float16, bfloat16, float32 or float64")
+    # Checked in the file's own dtype: a float64 value beyond float32's range
+    # is out of range, not "Inf".
+    if tensor.numel() and not bool(torch.isfinite(tensor).all()):
         raise LatentsError(f"latents {key!r} in {str(path)!r} contain NaN or Inf")
-    return z
+    if tensor.numel():
+        largest = float(tensor.abs().max().to(torch.float64))
+        if largest > FLOAT32_MAX:
+            raise LatentsError(
+                f"latents {key!r} in {str(path)!r} hold values up to {largest:.3g}, out of range for "
+                f"float32 (largest {FLOAT32_MAX:.3g}), the widest dtype the decode computes in"
+            )
+    return tensor.to(torch.float32).numpy()
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_range(z: np.ndarray, dtype: str, *, unscaled_by: float | None = None) -> None:
+    """Raises `LatentsError` unless every value of ``z`` is finite and representable in ``dtype``.
+
+    Args:
+        z: the latents the decode will be given (after unscaling).
+        dtype: the compute dtype, ``"float32"`` or ``"bfloat16"``.
+        unscaled_by: the scaling factor they were divided by, for the message.
+    """
+    import jax.numpy as jnp
+
+    limit = float(jnp.finfo(jnp.dtype(dtype)).max)
+    after = f" after dividing by the scaling factor {unscaled_by:g}" if unscaled_by is not None else ""
+    if not np.isfinite(z).all():
+        raise LatentsError(f"latents overflow to Inf{after}; they are out of range for {dtype}")
+    largest = float(np.abs(z).max()) if z.size else 0.0
+    if largest > limit:
+        raise LatentsError(
+            f"latents hold values up to {largest:.3g}{after}, out of range for {dtype} (largest {limit:.3g})"
+        )
 
 
 def check_shape(shape: tuple[int, ...]) -> None:
@@ -153,9 +186,14 @@ def to_pipeline_latents(z: np.ndarray, scaling_factor: float) -> np.ndarray:
 
 
 def write_latents(
-    path: str | os.PathLike, z: np.ndarray, *, key: str = "latents", metadata: dict[str, str] | None = None
+    path: str | os.PathLike,
+    z: np.ndarray,
+    *,
+    key: str = "latents",
+    metadata: dict[str, str] | None = None,
+    overwrite: bool = False,
 ) -> None:
-    """Writes one float32 tensor to a safetensors file, atomically (a temporary file renamed into place).
+    """Writes one float32 tensor to a safetensors file, staged (see `cogvideox_torchax.video.StagedOutputs`).
 
     Args:
         path: the ``.safetensors`` file.
@@ -163,10 +201,18 @@ def write_latents(
         key: the tensor's name.
         metadata: string pairs stored in the file's header (safetensors'
             ``__metadata__``), e.g. the layout and scaling factor.
+        overwrite: replace an existing file (never a folder).
     """
-    from safetensors.numpy import save_file
-
     from cogvideox_torchax.video import atomic_output
 
-    with atomic_output(Path(path)) as tmp:
-        save_file({key: np.ascontiguousarray(z, dtype=np.float32)}, str(tmp), metadata=metadata)
+    with atomic_output(Path(path), overwrite=overwrite) as tmp:
+        save_latents_file(tmp, z, key=key, metadata=metadata)
+
+
+def save_latents_file(
+    dest: str | os.PathLike, z: np.ndarray, *, key: str = "latents", metadata: dict[str, str] | None = None
+) -> None:
+    """Writes one float32 tensor at ``dest`` itself (no staging; the command line stages it)."""
+    from safetensors.numpy import save_file
+
+    save_file({key: np.ascontiguousarray(z, dtype=np.float32)}, str(dest), metadata=metadata)

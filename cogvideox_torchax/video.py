@@ -1,15 +1,25 @@
 """Writing decoded videos: H.264 mp4, PNG frame folders, raw float frames.
 
-Every writer builds its output beside the destination under a temporary name
-and renames it into place at the end, so a failed or interrupted run never
-leaves a half-written video where the user asked for one.
+Outputs are staged (`StagedOutputs`): every output of a run is first written
+beside its destination under a temporary name, and only when all of them are
+complete are they moved in, each with a rename that never replaces anything
+(``renameat2(RENAME_NOREPLACE)``, else a hard link or an exclusive create).
+A failed or interrupted run leaves none of them and touches nothing that was
+there before. A path that exists is replaced only when the caller allows it
+(``overwrite``) and it is a file, or a folder holding nothing but this
+module's own frame files (``frame_0000.png``, ...); anything else is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import errno
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,10 +28,12 @@ import numpy as np
 
 FILE_SUFFIXES = (".mp4", ".npy", ".safetensors")
 KINDS = ("mp4", "png", "npy", "safetensors")
+# The only entries a PNG output folder may hold for --overwrite to replace it.
+FRAME_FILE = re.compile(r"frame_\d{4,}\.png")
 
 
 class OutputError(ValueError):
-    """An output path that cannot be written; the message says why."""
+    """An output path that cannot be written or may not be replaced; the message says why."""
 
 
 def output_kind(path: str | os.PathLike) -> str:
@@ -48,20 +60,286 @@ def output_paths(path: str | os.PathLike, batch: int) -> list[Path]:
     return [path.with_name(f"{path.stem}_{i}{path.suffix}") for i in range(batch)]
 
 
+# -- what may be replaced ---------------------------------------------------
+
+
+def _replaceable(path: Path, is_dir: bool) -> None:
+    """Raises `OutputError` unless the existing ``path`` may be replaced under --overwrite."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise OutputError(f"output {str(path)!r} is a symbolic link; it is never replaced, pick another name")
+    if stat.S_ISREG(st.st_mode):
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"output {str(path)!r} exists and is not a regular file; it is never replaced")
+    if not is_dir:
+        raise OutputError(f"output {str(path)!r} is a folder; a file output never replaces a folder")
+    with os.scandir(path) as entries:
+        foreign = sorted(e.name for e in entries if not (FRAME_FILE.fullmatch(e.name) and e.is_file(follow_symlinks=False)))
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise OutputError(
+            f"output folder {str(path)!r} holds {foreign[0]!r}{more}, not only frame_*.png files; "
+            "it is never replaced, even with --overwrite"
+        )
+
+
+def _check_target(path: Path, is_dir: bool, overwrite: bool) -> None:
+    text = os.fspath(path)
+    if "\0" in text:
+        raise OutputError(f"output {text!r} contains a NUL character")
+    absolute = Path(os.path.abspath(text))
+    if absolute.name in ("", ".", ".."):
+        raise OutputError(f"output {text!r} does not name a file or folder")
+    cwd = Path(os.getcwd())
+    if absolute == cwd or absolute in cwd.parents:
+        raise OutputError(f"output {text!r} is the current folder or holds it; pick another name")
+    parent = path.parent
+    if not parent.is_dir():
+        what = "is not a folder" if os.path.lexists(parent) else "does not exist"
+        raise OutputError(f"output folder {str(parent)!r} {what}")
+    if os.path.lexists(path):
+        if not overwrite:
+            raise OutputError(f"output {text!r} exists; pass --overwrite to replace it")
+        _replaceable(path, is_dir)
+
+
+def _reserve(path: Path, is_dir: bool, tag: str = "") -> Path:
+    """Creates an empty entry beside ``path`` (``.name.[tag]XXXXXXXX[.suffix]``) with the umask's permissions.
+
+    This is also the writability probe: it is the name the output is written under.
+    """
+    parent = path.parent
+    prefix = f".{path.name}.{tag}"
+    try:
+        if is_dir:
+            tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        else:
+            fd, name = tempfile.mkstemp(prefix=prefix, suffix=path.suffix, dir=parent)
+            os.close(fd)
+            tmp = Path(name)
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise OutputError(f"output name {path.name!r} is too long for its folder") from e
+        raise OutputError(f"output folder {str(parent)!r} is not writable ({e.strerror})") from e
+    # mkstemp/mkdtemp make owner-only entries; give the output the
+    # permissions a plain open() would have.
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod((0o777 if is_dir else 0o666) & ~umask)
+    return tmp
+
+
+def _remove_own(tmp: Path) -> None:
+    """Removes an entry this module created (a temporary output)."""
+    with contextlib.suppress(FileNotFoundError):
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp)
+        else:
+            tmp.unlink()
+
+
+def _discard_old(aside: Path) -> None:
+    """Deletes a replaced output moved aside: a file, or a folder's frame files one by one (never a tree)."""
+    if aside.is_dir() and not aside.is_symlink():
+        for entry in os.scandir(aside):
+            if FRAME_FILE.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+        with contextlib.suppress(OSError):  # something new in it: left there, hidden, not lost
+            aside.rmdir()
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            aside.unlink()
+
+
+# -- renames that never replace ---------------------------------------------
+
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+
+
+def _load_renameat2():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_renameat2 = _load_renameat2()
+
+
+def rename_noreplace(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Renames ``src`` to ``dst``, failing with `FileExistsError` if anything is at ``dst``.
+
+    ``renameat2(RENAME_NOREPLACE)`` where the kernel and file system have it;
+    otherwise a hard link then unlink (files) or an exclusive ``mkdir`` then a
+    rename onto that empty folder (folders): the same guarantee, never a
+    replace.
+    """
+    src, dst = os.fspath(src), os.fspath(dst)
+    if _renameat2 is not None:
+        if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            raise FileExistsError(err, os.strerror(err), dst)
+        if err not in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), src, None, dst)
+    if os.path.isdir(src) and not os.path.islink(src):
+        os.mkdir(dst)  # exclusive: FileExistsError if anything is there
+        try:
+            os.rename(src, dst)  # onto the empty folder just made; fails if someone filled it
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.rmdir(dst)
+            raise
+        return
+    try:
+        os.link(src, dst)  # exclusive: FileExistsError if anything is there
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here: an exclusive create, then a replace of that empty file
+        os.close(os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        os.replace(src, dst)
+        return
+    os.unlink(src)
+
+
+# -- staging ----------------------------------------------------------------
+
+
+class StagedOutputs:
+    """Temporary entries beside each output path, moved in together by `commit` or all removed.
+
+    Creating it checks every path (existing ones only with ``overwrite``, and
+    then only a file or a folder of frame files; the folder must exist and
+    take a new entry, which is probed by creating the temporary entry the
+    output is written to). Use as a context manager: leaving the block
+    without `commit` removes the temporary entries. `commit` moves them all
+    in or, on any failure, none (outputs it already moved are taken back,
+    replaced ones restored).
+
+    Raises:
+        OutputError: a path that cannot be written or may not be replaced.
+    """
+
+    def __init__(self, paths: list[str | os.PathLike], *, overwrite: bool = False, is_dir: bool | None = None):
+        self.paths = [Path(p) for p in paths]
+        self.overwrite = overwrite
+        self.temps: list[Path] = []
+        self._committed = False
+        if len(set(map(os.path.abspath, self.paths))) != len(self.paths):
+            raise OutputError("the same output path is named twice")
+        self._is_dir = [output_kind(p) == "png" if is_dir is None else is_dir for p in self.paths]
+        try:
+            for path, d in zip(self.paths, self._is_dir, strict=True):
+                _check_target(path, d, overwrite)
+            for path, d in zip(self.paths, self._is_dir, strict=True):
+                self.temps.append(_reserve(path, d))
+        except BaseException:
+            self.discard()
+            raise
+
+    def __enter__(self) -> StagedOutputs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._committed:
+            self.discard()
+
+    def discard(self) -> None:
+        """Removes the temporary entries (nothing else)."""
+        for tmp in self.temps:
+            _remove_own(tmp)
+
+    def commit(self) -> None:
+        """Moves every temporary entry to its path: all of them, or (raising) none."""
+        placed: list[tuple[Path, Path, Path | None]] = []  # (path, its temp, the old entry moved aside)
+        try:
+            for path, tmp, d in zip(self.paths, self.temps, self._is_dir, strict=True):
+                aside = self._move_old_aside(path, d)
+                try:
+                    rename_noreplace(tmp, path)
+                except FileExistsError:
+                    self._restore(path, aside)
+                    raise OutputError(
+                        f"output {str(path)!r} appeared while this command ran; it was not replaced"
+                    ) from None
+                except BaseException:
+                    self._restore(path, aside)
+                    raise
+                placed.append((path, tmp, aside))
+        except BaseException:
+            for path, tmp, aside in reversed(placed):
+                with contextlib.suppress(OSError):
+                    os.rename(path, tmp)  # ours, back to its temporary name (then removed)
+                self._restore(path, aside)
+            raise
+        self._committed = True
+        for _, _, aside in placed:
+            if aside is not None:
+                _discard_old(aside)
+
+    def _move_old_aside(self, path: Path, is_dir: bool) -> Path | None:
+        if not os.path.lexists(path):
+            return None
+        if not self.overwrite:
+            raise OutputError(f"output {str(path)!r} appeared while this command ran; it was not replaced")
+        _replaceable(path, is_dir)
+        old_is_dir = path.is_dir() and not path.is_symlink()
+        aside = _reserve(path, old_is_dir, tag="old.")
+        try:
+            os.replace(path, aside)  # over the empty placeholder just made
+        except BaseException:
+            _remove_own(aside)
+            raise
+        try:
+            _replaceable(aside, is_dir)  # what was moved, checked again: it may have changed meanwhile
+        except OutputError:
+            self._restore(path, aside)
+            raise
+        return aside
+
+    @staticmethod
+    def _restore(path: Path, aside: Path | None) -> None:
+        if aside is not None:
+            with contextlib.suppress(OSError):
+                rename_noreplace(aside, path)
+
+
 def check_outputs(paths: list[Path], overwrite: bool) -> None:
-    """Refuses outputs that exist (unless ``overwrite``) or whose folder is missing or read-only.
+    """Refuses outputs that exist (unless ``overwrite`` and replaceable) or whose folder is missing or not writable.
+
+    The folder is probed by creating (and removing) the temporary entry an
+    output would be written to.
 
     Raises:
         OutputError: naming the first offending path.
     """
-    for path in paths:
-        if path.exists() and not overwrite:
-            raise OutputError(f"output {str(path)!r} exists; pass --overwrite to replace it")
-        parent = path.parent
-        if not parent.is_dir():
-            raise OutputError(f"output folder {str(parent)!r} does not exist")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise OutputError(f"output folder {str(parent)!r} is not writable")
+    StagedOutputs(paths, overwrite=overwrite).discard()
+
+
+def atomic_output(path: Path, is_dir: bool = False, *, overwrite: bool = False):
+    """A temporary path beside ``path``, moved to ``path`` when the block ends without error (else removed).
+
+    The same guarantees as this module's writers (see `StagedOutputs`), for
+    outputs written elsewhere (e.g. `latents.write_latents`).
+    """
+    return _single(path, is_dir, overwrite)
+
+
+@contextlib.contextmanager
+def _single(path: Path, is_dir: bool, overwrite: bool) -> Iterator[Path]:
+    with StagedOutputs([path], overwrite=overwrite, is_dir=is_dir) as staged:
+        yield staged.temps[0]
+        staged.commit()
+
+
+# -- writers ----------------------------------------------------------------
 
 
 def to_uint8(video: np.ndarray) -> np.ndarray:
@@ -77,70 +355,63 @@ def to_uint8(video: np.ndarray) -> np.ndarray:
     return np.round(x * 255).astype(np.uint8).transpose(0, 2, 3, 4, 1)
 
 
-@contextlib.contextmanager
-def _atomic(path: Path, is_dir: bool = False) -> Iterator[Path]:
-    parent = path.parent
-    if is_dir:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=parent))
+def encode_mp4(dest: Path, frames: np.ndarray, fps: float = 8, crf: int = 18, tick=None) -> None:
+    """Encodes ``(F, H, W, 3)`` uint8 frames as H.264 at ``dest`` itself (no staging)."""
+    import av
+
+    _, height, width, _ = frames.shape
+    with av.open(str(dest), mode="w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=_fraction(fps))
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "yuv444p" if crf == 0 else "yuv420p"
+        stream.options = {"crf": str(crf)}
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")):
+                container.mux(packet)
+            if tick:
+                tick()
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def save_png_frames(dest: Path, frames: np.ndarray, tick=None) -> None:
+    """Writes ``(F, H, W, 3)`` uint8 frames as ``dest/frame_0000.png``, ... into an existing folder."""
+    from PIL import Image
+
+    for i, frame in enumerate(frames):
+        Image.fromarray(frame, mode="RGB").save(dest / f"frame_{i:04d}.png")
+        if tick:
+            tick()
+
+
+def save_raw(dest: Path, video: np.ndarray, kind: str) -> None:
+    """Writes float frames at ``dest`` itself as ``kind`` ``"npy"`` or ``"safetensors"`` (key ``"video"``)."""
+    if kind == "npy":
+        with open(dest, "wb") as f:  # a file object: np.save adds no suffix
+            np.save(f, video)
     else:
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=parent)
-        os.close(fd)
-        tmp = Path(name)
-    # mkstemp/mkdtemp create owner-only entries; give the output the
-    # permissions a plain open() would have (the umask's).
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod((0o777 if is_dir else 0o666) & ~umask)
-    try:
-        yield tmp
-        if is_dir and path.exists():
-            # os.replace cannot put a folder over another; move the old one
-            # aside first and drop it once the new one is in place.
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old.", dir=parent))
-            os.replace(path, old / path.name)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink()
+        from safetensors.numpy import save_file
 
-
-def atomic_output(path: Path, is_dir: bool = False) -> contextlib.AbstractContextManager[Path]:
-    """A temporary path beside ``path``, renamed to ``path`` when the block ends without error (else removed).
-
-    The same guarantee as this module's writers, for outputs written elsewhere
-    (e.g. `latents.write_latents`).
-    """
-    return _atomic(path, is_dir)
+        save_file({"video": np.ascontiguousarray(video)}, str(dest))
 
 
 def write_mp4(
-    path: Path, frames: np.ndarray, fps: float = 8, crf: int = 18, tick: Callable[[], None] | None = None
+    path: Path,
+    frames: np.ndarray,
+    fps: float = 8,
+    crf: int = 18,
+    tick: Callable[[], None] | None = None,
+    *,
+    overwrite: bool = False,
 ) -> None:
-    """Encodes ``(F, H, W, 3)`` uint8 frames as H.264 (PyAV's libx264).
+    """Encodes ``(F, H, W, 3)`` uint8 frames as H.264 (PyAV's libx264), staged.
 
     ``crf`` 18 is visually lossless and uses yuv420p, which every player
     reads; ``crf`` 0 switches to lossless yuv444p (only the RGB/YUV
     conversion rounds, by at most 2 levels).
     """
-    import av
-
-    _, height, width, _ = frames.shape
-    with _atomic(path) as tmp:
-        with av.open(str(tmp), mode="w", format="mp4") as container:
-            stream = container.add_stream("libx264", rate=_fraction(fps))
-            stream.width, stream.height = width, height
-            stream.pix_fmt = "yuv444p" if crf == 0 else "yuv420p"
-            stream.options = {"crf": str(crf)}
-            for frame in frames:
-                for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")):
-                    container.mux(packet)
-                if tick:
-                    tick()
-            for packet in stream.encode():
-                container.mux(packet)
+    with atomic_output(Path(path), overwrite=overwrite) as tmp:
+        encode_mp4(tmp, frames, fps=fps, crf=crf, tick=tick)
 
 
 def _fraction(fps: float):
@@ -159,26 +430,35 @@ def read_mp4(path: str | os.PathLike) -> tuple[np.ndarray, float]:
         return frames, float(stream.average_rate)
 
 
-def write_png_folder(path: Path, frames: np.ndarray, tick: Callable[[], None] | None = None) -> None:
-    """Writes ``(F, H, W, 3)`` uint8 frames as ``path/frame_0000.png``, ..."""
-    from PIL import Image
-
-    with _atomic(path, is_dir=True) as tmp:
-        for i, frame in enumerate(frames):
-            Image.fromarray(frame, mode="RGB").save(tmp / f"frame_{i:04d}.png")
-            if tick:
-                tick()
+def write_png_folder(
+    path: Path, frames: np.ndarray, tick: Callable[[], None] | None = None, *, overwrite: bool = False
+) -> None:
+    """Writes ``(F, H, W, 3)`` uint8 frames as ``path/frame_0000.png``, ..., staged."""
+    with atomic_output(Path(path), is_dir=True, overwrite=overwrite) as tmp:
+        save_png_frames(tmp, frames, tick=tick)
 
 
-def write_raw(path: Path, video: np.ndarray) -> None:
-    """Writes one video's float frames ``(3, F, H, W)`` as .npy or .safetensors (key ``"video"``)."""
-    with _atomic(path) as tmp:
-        if path.suffix.lower() == ".npy":
-            np.save(tmp, video)
-        else:
-            from safetensors.numpy import save_file
+def write_raw(path: Path, video: np.ndarray, *, overwrite: bool = False) -> None:
+    """Writes one video's float frames ``(3, F, H, W)`` as .npy or .safetensors (key ``"video"``), staged."""
+    path = Path(path)
+    with atomic_output(path, overwrite=overwrite) as tmp:
+        save_raw(tmp, video, output_kind(path))
 
-            save_file({"video": np.ascontiguousarray(video)}, str(tmp))
+
+def write_video_to(
+    dest: Path, kind: str, video: np.ndarray, *, fps: float = 8, crf: int = 18, tick=None
+) -> None:
+    """Writes one decoded video ``(3, F, H, W)`` at ``dest`` itself (a staged temporary entry) as ``kind``."""
+    if kind in ("npy", "safetensors"):
+        save_raw(dest, video, kind)
+        if tick:
+            tick()
+        return
+    frames = to_uint8(video[None])[0]
+    if kind == "mp4":
+        encode_mp4(dest, frames, fps=fps, crf=crf, tick=tick)
+    else:
+        save_png_frames(dest, frames, tick=tick)
 
 
 def write_video(
@@ -188,21 +468,17 @@ def write_video(
     fps: float = 8,
     crf: int = 18,
     tick: Callable[[], None] | None = None,
+    overwrite: bool = False,
 ) -> None:
-    """Writes one decoded video ``(3, F, H, W)`` (float, about [-1, 1]) in the kind ``path`` names.
+    """Writes one decoded video ``(3, F, H, W)`` (float, about [-1, 1]) in the kind ``path`` names, staged.
 
     mp4 and PNG get uint8 frames as diffusers makes them (`to_uint8`);
     .npy and .safetensors get the float frames unchanged (unclamped).
     ``tick`` is called once per frame written (mp4, PNG) or once (raw).
+    An existing ``path`` is replaced only with ``overwrite`` (see `StagedOutputs`).
     """
+    path = Path(path)
     kind = output_kind(path)
-    if kind in ("npy", "safetensors"):
-        write_raw(path, video)
-        if tick:
-            tick()
-        return
-    frames = to_uint8(video[None])[0]
-    if kind == "mp4":
-        write_mp4(path, frames, fps=fps, crf=crf, tick=tick)
-    else:
-        write_png_folder(path, frames, tick=tick)
+    with StagedOutputs([path], overwrite=overwrite) as staged:
+        write_video_to(staged.temps[0], kind, video, fps=fps, crf=crf, tick=tick)
+        staged.commit()

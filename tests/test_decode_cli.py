@@ -312,12 +312,11 @@ def test_unknown_output_extension(tmp_path, capsys, good):
 def test_failed_write_leaves_nothing(tmp_path, capsys, good, monkeypatch):
     from cogvideox_torchax import video
 
-    def explode(path, frames, **kw):
-        with video._atomic(path) as tmp:
-            tmp.write_bytes(b"half a video")
-            raise OSError("disk full")
+    def explode(dest, frames, **kw):
+        dest.write_bytes(b"half a video")  # the staged temporary file
+        raise OSError("disk full")
 
-    monkeypatch.setattr(video, "write_mp4", explode)
+    monkeypatch.setattr(video, "encode_mp4", explode)
     before = sorted(tmp_path.rglob("*"))
     assert main([good[0], *TINY, "--no-compile-cache", "-o", str(tmp_path / "v.mp4")]) == 1
     assert "OSError: disk full" in capsys.readouterr().err

@@ -32,14 +32,132 @@ def test_output_paths_one_per_video(tmp_path):
     assert video.output_paths(tmp_path / "frames", 2) == [tmp_path / "frames_0", tmp_path / "frames_1"]
 
 
-def test_png_folder_overwrite_replaces_the_whole_folder(tmp_path):
+def _tree(root):
+    """Every entry under ``root`` with its bytes (None for folders): what a test compares before and after."""
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))
+    }
+
+
+def test_png_folder_overwrite_replaces_only_a_folder_of_frames(tmp_path):
     out = tmp_path / "frames"
-    frames = np.zeros((3, 3, 4, 4), np.float32)
-    video.write_video(out, frames)
-    (out / "stray.txt").write_text("old")
-    video.write_video(out, np.zeros((3, 2, 4, 4), np.float32))
+    video.write_video(out, np.zeros((3, 3, 4, 4), np.float32))
+    with pytest.raises(video.OutputError, match="exists; pass --overwrite"):
+        video.write_video(out, np.zeros((3, 2, 4, 4), np.float32))
+    video.write_video(out, np.zeros((3, 2, 4, 4), np.float32), overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == ["frame_0000.png", "frame_0001.png"]
     assert [p.name for p in tmp_path.iterdir()] == ["frames"]  # no temp or old folders left
+    # Anything but frame files in it: refused even with overwrite, nothing touched.
+    (out / "notes.txt").write_text("precious")
+    (out / "sub").mkdir()
+    before = _tree(tmp_path)
+    with pytest.raises(video.OutputError, match=r"holds 'notes.txt' \(and 1 more\).*never replaced"):
+        video.write_video(out, np.zeros((3, 1, 4, 4), np.float32), overwrite=True)
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", ["v.npy", "frames"])
+def test_overwrite_never_replaces_a_link_or_a_folder_with_a_file(tmp_path, name):
+    target = tmp_path / "target.npy"
+    target.write_bytes(b"keep")
+    (tmp_path / "link.npy").symlink_to(target)
+    (tmp_path / "dir.npy").mkdir()
+    before = _tree(tmp_path)
+    with pytest.raises(video.OutputError, match="symbolic link"):
+        video.write_raw(tmp_path / "link.npy", np.zeros(3, np.float32), overwrite=True)
+    with pytest.raises(video.OutputError, match="a file output never replaces a folder"):
+        video.write_raw(tmp_path / "dir.npy", np.zeros(3, np.float32), overwrite=True)
+    assert _tree(tmp_path) == before
+
+
+def test_raw_npy_with_an_upper_case_suffix_lands_at_its_name(tmp_path):
+    video.write_raw(tmp_path / "A.NPY", np.arange(3, dtype=np.float32))
+    assert [p.name for p in tmp_path.iterdir()] == ["A.NPY"]
+    np.testing.assert_array_equal(np.load(tmp_path / "A.NPY"), np.arange(3, dtype=np.float32))
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "fallback"])
+def test_rename_noreplace_never_replaces(tmp_path, monkeypatch, renameat2):
+    if not renameat2:
+        monkeypatch.setattr(video, "_renameat2", None)
+    elif video._renameat2 is None:
+        pytest.skip("no renameat2 in this libc")
+    (tmp_path / "src").write_bytes(b"new")
+    (tmp_path / "dst").write_bytes(b"old")
+    with pytest.raises(FileExistsError):
+        video.rename_noreplace(tmp_path / "src", tmp_path / "dst")
+    assert (tmp_path / "dst").read_bytes() == b"old" and (tmp_path / "src").read_bytes() == b"new"
+    (tmp_path / "srcdir").mkdir()
+    (tmp_path / "srcdir" / "frame_0000.png").write_bytes(b"x")
+    (tmp_path / "empty").mkdir()  # a plain rename would replace an empty folder
+    with pytest.raises(FileExistsError):
+        video.rename_noreplace(tmp_path / "srcdir", tmp_path / "empty")
+    assert list((tmp_path / "empty").iterdir()) == []
+    video.rename_noreplace(tmp_path / "srcdir", tmp_path / "newdir")
+    video.rename_noreplace(tmp_path / "src", tmp_path / "newfile")
+    assert (tmp_path / "newfile").read_bytes() == b"new" and (tmp_path / "newdir" / "frame_0000.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "empty", "newdir", "newfile"]
+
+
+def test_an_output_that_appears_meanwhile_is_not_replaced_and_the_batch_is_all_or_nothing(tmp_path):
+    paths = [tmp_path / "v_0.npy", tmp_path / "v_1.npy"]
+    with video.StagedOutputs(paths) as staged:
+        for tmp in staged.temps:
+            tmp.write_bytes(b"ours")
+        paths[1].write_bytes(b"theirs")  # appears after the start-up check
+        with pytest.raises(video.OutputError, match="appeared while this command ran"):
+            staged.commit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v_1.npy"]  # v_0 taken back, no temp left
+    assert paths[1].read_bytes() == b"theirs"
+
+
+def test_a_failed_commit_under_overwrite_restores_what_was_replaced(tmp_path, monkeypatch):
+    paths = [tmp_path / "v_0.npy", tmp_path / "v_1"]
+    paths[0].write_bytes(b"old 0")
+    paths[1].mkdir()
+    (paths[1] / "frame_0000.png").write_bytes(b"old frame")
+    before = _tree(tmp_path)
+    real = video.rename_noreplace
+    calls = []
+
+    def second_fails(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(video, "rename_noreplace", second_fails)
+    with video.StagedOutputs(paths, overwrite=True) as staged:
+        staged.temps[0].write_bytes(b"new 0")
+        (staged.temps[1] / "frame_0000.png").write_bytes(b"new frame")
+        with pytest.raises(OSError, match="No space"):
+            staged.commit()
+    assert _tree(tmp_path) == before
+
+
+def test_check_outputs_probes_by_creating_a_file(tmp_path, monkeypatch):
+    # A folder whose permission bits say writable but that takes no new entry.
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(video.tempfile, "mkstemp", refuse)
+    with pytest.raises(video.OutputError, match="is not writable"):
+        video.check_outputs([tmp_path / "o.npy"], overwrite=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_that_are_never_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(video.OutputError, match="current folder"):
+        video.check_outputs([tmp_path], overwrite=True)
+    with pytest.raises(video.OutputError, match="current folder|does not name"):
+        video.check_outputs([video.Path(".")], overwrite=True)
+    with pytest.raises(video.OutputError, match="too long"):
+        video.check_outputs([tmp_path / ("x" * 250 + ".npy")], overwrite=False)
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(video.OutputError, match="is not a folder"):
+        video.check_outputs([tmp_path / "file" / "o.npy"], overwrite=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
 
 
 def test_prepare_pipeline_latents():
