@@ -8,7 +8,9 @@ error that names it, never a silent random init.
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -17,6 +19,7 @@ from typing import Any
 
 import torch
 from diffusers import AutoencoderKLCogVideoX
+from diffusers.models.activations import ACT2CLS
 from jax.sharding import Mesh
 from safetensors import SafetensorError
 from safetensors.torch import load_file
@@ -28,6 +31,7 @@ from cogvideox_torchax.vae import TorchaxVAE
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
 WEIGHTS_INDEX_NAME = "diffusion_pytorch_model.safetensors.index.json"
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 # owner/name as the hub spells repository ids.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -91,10 +95,100 @@ def read_config(folder: Path) -> dict[str, Any]:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ModelLoadError(f"{str(path)!r} is not valid JSON: {e}") from e
+    except RecursionError as e:
+        raise ModelLoadError(f"{str(path)!r} is nested too deeply to be a config") from e
     cls = config.get("_class_name", AutoencoderKLCogVideoX.__name__) if isinstance(config, dict) else None
     if cls != AutoencoderKLCogVideoX.__name__:
         raise ModelLoadError(f"{str(path)!r} describes a {cls!r}, not an {AutoencoderKLCogVideoX.__name__}")
+    check_config(config, source=str(path))
     return config
+
+
+# Upstream's defaults for the keys a config may leave out.
+_DEFAULTS = {
+    k: v.default
+    for k, v in inspect.signature(AutoencoderKLCogVideoX.__init__).parameters.items()
+    if k != "self"
+}
+_POSITIVE_INTS = ("in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups",
+                  "sample_height", "sample_width")
+_MAX_INT = 2**31 - 1
+_BLOCK_TYPES = {"down_block_types": "CogVideoXDownBlock3D", "up_block_types": "CogVideoXUpBlock3D"}
+_FLAGS = ("use_quant_conv", "use_post_quant_conv", "invert_scale_latents")
+_ACTIVATIONS = frozenset(ACT2CLS)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _finite(v: Any) -> bool:
+    """A number (not a bool) whose float is finite (ints too large for a float are not)."""
+    try:
+        return _is_number(v) and math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
+def check_config(config: Mapping[str, Any], source: str = "config") -> None:
+    """Checks every value the architecture needs, before anything is built.
+
+    Keys left out take upstream's defaults. What diffusers would only trip
+    over later (a division by ``norm_num_groups`` 0, an empty
+    ``block_out_channels``, ``log2`` of a ``temporal_compression_ratio`` 0, a
+    ``scaling_factor`` 0 the latents are divided by) is refused here.
+
+    Raises:
+        ModelLoadError: naming the first bad key, its value and what it must be.
+    """
+
+    def bad(key: str, must: str) -> ModelLoadError:
+        value = repr(merged[key])
+        value = value if len(value) <= 60 else value[:57] + "..."
+        return ModelLoadError(f"{source}: {key!r} is {value}; it must be {must}")
+
+    merged = {**_DEFAULTS, **config}
+    for key in _POSITIVE_INTS:
+        v = merged[key]
+        if not (_is_int(v) and 1 <= v <= _MAX_INT):
+            raise bad(key, f"an integer from 1 to {_MAX_INT}")
+    blocks = merged["block_out_channels"]
+    if not (isinstance(blocks, (list, tuple)) and blocks and all(_is_int(c) and 1 <= c <= _MAX_INT for c in blocks)):
+        raise bad("block_out_channels", "a non-empty list of positive integers")
+    groups = merged["norm_num_groups"]
+    if any(c % groups for c in blocks):
+        raise bad("block_out_channels", f"channel counts divisible by norm_num_groups ({groups})")
+    for key, name in _BLOCK_TYPES.items():
+        types = merged[key]
+        if not (isinstance(types, (list, tuple)) and len(types) == len(blocks) and all(t == name for t in types)):
+            raise bad(key, f"a list of {len(blocks)} {name!r} (one per block_out_channels entry)")
+    ratio = merged["temporal_compression_ratio"]
+    top = 2 ** (len(blocks) - 1)
+    if not (_finite(ratio) and float(ratio) in {float(2**k) for k in range(len(blocks))}):
+        raise bad("temporal_compression_ratio", f"a power of two from 1 to {top}")
+    for key in ("scaling_factor", "norm_eps"):
+        v = merged[key]
+        # The latents are divided by the scaling factor: its inverse must be finite too.
+        if not (_finite(v) and v > 0 and math.isfinite(1.0 / float(v))):
+            raise bad(key, "a finite number above 0 (with a finite inverse)")
+    shift = merged["shift_factor"]
+    if shift is not None and not _finite(shift):
+        raise bad("shift_factor", "null or a finite number")
+    for key in ("latents_mean", "latents_std"):
+        v = merged[key]
+        if v is not None and not (isinstance(v, (list, tuple)) and all(_finite(x) for x in v)):
+            raise bad(key, "null or a list of finite numbers")
+    if merged["act_fn"] not in _ACTIVATIONS:
+        raise bad("act_fn", f"one of {', '.join(sorted(_ACTIVATIONS))}")
+    for key in _FLAGS:
+        if not isinstance(merged[key], bool):
+            raise bad(key, "true or false")
+    if not (isinstance(merged["force_upcast"], bool) or _is_number(merged["force_upcast"])):
+        raise bad("force_upcast", "true or false")
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -102,12 +196,21 @@ def _weight_files(folder: Path) -> list[Path]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError) as e:
             raise ModelLoadError(f"{str(index)!r} is not a safetensors index: {e}") from e
-        files = [folder / name for name in sorted(set(weight_map.values()))]
-        for f in files:
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ModelLoadError(f"{str(index)!r} is not a safetensors index: 'weight_map' must map names to files")
+        root = folder.resolve()
+        files = []
+        for name in sorted(set(weight_map.values())):
+            f = folder / name
+            # Shards live inside the model folder: no absolute paths, no
+            # '..', no links leading out of it.
+            if "\0" in name or Path(name).is_absolute() or not f.resolve().is_relative_to(root):
+                raise ModelLoadError(f"{str(index)!r} names a shard outside the model folder: {name!r}")
             if not f.is_file():
-                raise ModelLoadError(f"{str(index)!r} names a missing shard {f.name!r}")
+                raise ModelLoadError(f"{str(index)!r} names a missing shard {name!r}")
+            files.append(f)
         return files
     single = folder / WEIGHTS_NAME
     if single.is_file():
@@ -128,8 +231,14 @@ def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     for f in _weight_files(folder):
         try:
             part = load_file(f)
-        except (SafetensorError, OSError) as e:
-            raise ModelLoadError(f"cannot read weights {str(f)!r}: {e}") from e
+        except (SafetensorError, OSError, ValueError, RuntimeError, TypeError, OverflowError, KeyError) as e:
+            raise ModelLoadError(f"cannot read weights {str(f)!r}: {' '.join(str(e).split())}") from e
+        for key, tensor in part.items():
+            if tensor.dtype not in FLOAT_DTYPES:
+                raise ModelLoadError(
+                    f"weight {key!r} in {str(f)!r} is {tensor.dtype}; only float16, bfloat16, float32 and "
+                    "float64 weights are loaded"
+                )
         duplicate = state.keys() & part.keys()
         if duplicate:
             raise ModelLoadError(f"weight {sorted(duplicate)[0]!r} appears in more than one shard")
@@ -158,11 +267,19 @@ def check_state_dict(module: torch.nn.Module, state_dict: Mapping[str, torch.Ten
             raise ModelLoadError(f"weight {key!r} has shape {got}, the model expects {shape}")
 
 
+def check_finite_weights(state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Raises `ModelLoadError` naming the first weight that holds NaN or Inf."""
+    for key, tensor in state_dict.items():
+        if tensor.is_floating_point() and not tensor.is_meta and not bool(torch.isfinite(tensor).all()):
+            raise ModelLoadError(f"weight {key!r} holds NaN or Inf")
+
+
 def _meta_module(config: Mapping[str, Any]) -> AutoencoderKLCogVideoX:
+    check_config(config)
     try:
         with torch.device("meta"):
             return AutoencoderKLCogVideoX.from_config(dict(config))
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError, RuntimeError) as e:
         raise ModelLoadError(f"config does not build an AutoencoderKLCogVideoX: {e}") from e
 
 
@@ -187,6 +304,7 @@ def build(
     device_mesh = make_mesh(mesh)
     module = _meta_module(config)
     check_state_dict(module, state_dict)
+    check_finite_weights(state_dict)
     return TorchaxVAE(module, state_dict, opts, device_mesh)
 
 
@@ -214,8 +332,10 @@ def from_pretrained(
         The VAE, ready to `TorchaxVAE.decode`.
 
     Raises:
-        ModelLoadError: missing folder, config or weights; a missing,
-            unexpected or mis-shaped weight (named).
+        ModelLoadError: missing folder, config or weights; a config value
+            the architecture cannot use (named); a shard outside the folder;
+            a missing, unexpected, mis-shaped, non-float or non-finite weight
+            (named).
         ValueError: a mesh that does not fit the devices; a bad dtype.
     """
     folder = resolve_model_dir(path_or_hub_id, subfolder)
