@@ -7,6 +7,11 @@ step each, so the program (and its compile time) should not grow::
 
     python -m bench.compile_time --model random:cogvideox-2b --frames 3,5,9,13,21,41 --hw 8,8
 
+``--encode`` does the same for the encode (upstream's batches of 8 video
+frames), with video frame counts and sizes::
+
+    python -m bench.compile_time --encode --frames 9,49 --hw 480,720 --modes scanned
+
 Prints, per frame count and mode, the trace + lower time, the XLA compile
 time, the lowered program's size in lines and the compiled temporary bytes.
 Compilation runs with the persistent cache off, so every figure is a real
@@ -33,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="H,W",
         help="instead: a tiled decode of latents H x W with upstream's default 240x360 tiles, batched vs per tile",
+    )
+    p.add_argument(
+        "--encode",
+        action="store_true",
+        help="time the encode instead: --frames are video frame counts and --hw the video's height,width",
     )
     p.add_argument("--json", action="store_true")
     return p
@@ -94,16 +104,16 @@ def main(argv: list[str] | None = None) -> int:
         options = ct.RuntimeOptions(dtype=args.dtype, frame_scan=(mode == "scanned"))
         vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=options)
         for t in frames:
-            shape = (1, channels, t, h, w)
+            shape = (1, upstream.config.in_channels if args.encode else channels, t, h, w)
             t0 = time.perf_counter()
-            lowered = vae.lower_decode(shape)
+            lowered = vae.lower_encode(shape) if args.encode else vae.lower_decode(shape)
             t1 = time.perf_counter()
             compiled = lowered.compile(compiler_options=vae.compiler_options)
             t2 = time.perf_counter()
             mem = compiled.memory_analysis()
             row = {
                 "mode": mode,
-                "latent_frames": t,
+                "video_frames" if args.encode else "latent_frames": t,
                 "trace_lower_s": round(t1 - t0, 2),
                 "compile_s": round(t2 - t1, 2),
                 "total_s": round(t2 - t0, 2),
@@ -116,23 +126,30 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"command": "python -m bench.compile_time " + " ".join(sys.argv[1:]), "rows": rows}))
         return 0
     device = f"{jax.devices()[0].device_kind} ({jax.default_backend()})"
+    what, key = ("video", "video_frames") if args.encode else ("latents", "latent_frames")
+    first_channels = upstream.config.in_channels if args.encode else channels
     print(f"# python -m bench.compile_time {' '.join(sys.argv[1:])}")
-    print(f"# {args.model}, latents (1,{channels},T,{h},{w}), {args.dtype}, {device}, jax {jax.__version__}")
-    print("| mode | latent frames | trace+lower s | compile s | total s | program lines | temp MiB |")
+    print(f"# {args.model}, {what} (1,{first_channels},T,{h},{w}), {args.dtype}, {device}, jax {jax.__version__}")
+    print(f"| mode | {key.replace('_', ' ')} | trace+lower s | compile s | total s | program lines | temp MiB |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         temp = "-" if r["temp_bytes"] is None else f"{r['temp_bytes'] / 2**20:.0f}"
         print(
-            f"| {r['mode']} | {r['latent_frames']} | {r['trace_lower_s']} | {r['compile_s']} | {r['total_s']} "
+            f"| {r['mode']} | {r[key]} | {r['trace_lower_s']} | {r['compile_s']} | {r['total_s']} "
             f"| {r['program_lines']} | {temp} |"
         )
-    by_mode = {m: {r["latent_frames"]: r["total_s"] for r in rows if r["mode"] == m} for m in modes}
-    for mode, totals in by_mode.items():
-        if 9 in totals and max(totals) > 9:
-            longest = max(totals)
-            print(f"# {mode}: {longest} frames take {totals[longest] / totals[9]:.2f}x the time of 9 frames")
+    shortest = min(frames)
+    by_mode = {m: {r[key]: r for r in rows if r["mode"] == m} for m in modes}
+    for mode, by_frames in by_mode.items():
+        longest = max(by_frames)
+        if longest > shortest:
+            a, b = by_frames[shortest], by_frames[longest]
+            ratio = f"{b['temp_bytes'] / a['temp_bytes']:.2f}x" if a["temp_bytes"] and b["temp_bytes"] else "-"
+            print(
+                f"# {mode}: {longest} frames take {b['total_s'] / a['total_s']:.2f}x the compile time and "
+                f"{ratio} the temporary memory of {shortest}"
+            )
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,7 +2,8 @@
 
 Upstream encodes frames in batches of 8 with the remainder in the first
 batch (9 -> 9, 17 -> 9 + 8), each batch compressing time by 4 (an odd count
-keeps its first frame apart). Every count is compared, 4k+1 or not: whatever
+keeps its first frame apart); the batches after the first run as one scan
+(`cogvideox_torchax.frame_scan`). Every count is compared, 4k+1 or not: whatever
 upstream makes of it is the reference.
 """
 
@@ -34,7 +35,9 @@ def upstream_posterior(module, x):
         (1, 3, 9, 8, 24),  # non-square
         (1, 3, 13, 16, 16),
         (1, 3, 6, 12, 20),  # not 4k+1, sizes not multiples of 8
-        (2, 3, 17, 16, 8),  # batch 2, two frame batches (9 + 8)
+        (2, 3, 17, 16, 8),  # batch 2, two frame batches (9 + 8): first batch + one scan step
+        (1, 3, 33, 8, 8),  # 9 + 8 x 3: a scan of three steps
+        (1, 3, 20, 8, 8),  # 12 + 8: the first batch takes the remainder of 4
     ],
 )
 def test_tiny_fp32(tiny_upstream, tiny_vae, shape):
@@ -94,3 +97,13 @@ def test_cogvideox_2b_fp32(upstream_2b, shape):
     got = vae.encode(x).latent_dist
     assert_close(got.mode(), expected.mode(), atol=ATOL, label=f"2b mode {shape}")
     assert_close(got.logvar, expected.logvar, atol=ATOL, label=f"2b logvar {shape}")
+
+
+def test_encode_program_does_not_grow_with_length(tiny_upstream, tiny_vae):
+    # From two frame batches on, the batches after the first are one scan:
+    # the same program whatever the length, only the trip count differs.
+    lines = {f: len(tiny_vae.lower_encode((1, 3, f, 8, 8)).as_text().splitlines()) for f in (17, 49, 161)}
+    assert lines[17] == lines[49] == lines[161], lines
+    unrolled = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(frame_scan=False))
+    grown = {f: len(unrolled.lower_encode((1, 3, f, 8, 8)).as_text().splitlines()) for f in (17, 49)}
+    assert grown[49] > grown[17] + 100, grown  # upstream's loop unrolled: one encoder call per batch
