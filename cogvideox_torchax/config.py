@@ -78,9 +78,10 @@ class RuntimeOptions:
             on ``zq`` before its nearest resize, not after
             (`patches.LowResSpatialNorm3D`): the same values without two
             full-size tensors per norm. Meshes with ``tp=1`` only.
-        frame_scan: decode the frame batches after the first with one
-            `jax.lax.scan` (compile time independent of length); False keeps
-            upstream's loop, unrolled into the jit. Needs ``trim_conv_cache``.
+        frame_scan: decode and encode the frame batches after the first
+            with one `jax.lax.scan` (compile time independent of length);
+            False keeps upstream's loops, unrolled into the jit. Needs
+            ``trim_conv_cache``.
         tile_batching: when tiling is enabled (`TorchaxVAE.enable_tiling`),
             decode equal-shape tiles together, one per ``dp`` replica per
             scan step; False traces upstream's loop, one decoder per tile.
