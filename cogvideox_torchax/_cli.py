@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -131,6 +133,35 @@ def load_model(args: argparse.Namespace):
     return ct.from_pretrained(args.model, subfolder=subfolder, dtype=args.dtype, mesh=args.mesh)
 
 
+_interrupted = False
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    # Python raises KeyboardInterrupt in whatever Python code runs next,
+    # which can be a garbage-collection callback that swallows it ("Exception
+    # ignored in ..."); the flag makes the next check_interrupted() see it.
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def _unraisable(previous: Callable[[Any], None]) -> Callable[[Any], None]:
+    def hook(info: Any) -> None:
+        global _interrupted
+        if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+            _interrupted = True  # swallowed by a callback: no traceback, seen at the next check
+            return
+        previous(info)
+
+    return hook
+
+
+def check_interrupted() -> None:
+    """Raises KeyboardInterrupt if Ctrl-C was pressed during this command, even if the interrupt was swallowed."""
+    if _interrupted:
+        raise KeyboardInterrupt
+
+
 class Stage:
     """One progress bar per stage on stderr (nothing when quiet); times the stage."""
 
@@ -147,9 +178,11 @@ class Stage:
     def __enter__(self) -> Stage:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         self.seconds = time.perf_counter() - self._t0
         self._bar.close()
+        if exc_type is None:
+            check_interrupted()
 
 
 def load_stage(args: argparse.Namespace, show_memory: bool):
@@ -247,6 +280,13 @@ def command(
     An interrupt at any point in here ends with 130, one line and no
     traceback; argparse's own usage errors keep its exit code 2.
     """
+    global _interrupted
+    _interrupted = False
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, _on_sigint)
+    previous_unraisable = sys.unraisablehook
+    sys.unraisablehook = _unraisable(previous_unraisable)
     try:
         try:
             args = parser().parse_args(argv)
@@ -256,6 +296,10 @@ def command(
     except KeyboardInterrupt:
         print("error: interrupted; nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        sys.unraisablehook = previous_unraisable
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def main(

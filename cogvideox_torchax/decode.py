@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # writability probe), before anything expensive.
     with video.StagedOutputs(outputs, overwrite=args.overwrite) as staged:
         summary = _decode(args, z, kind, staged, show_memory)
+        _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
         staged.commit()
     return summary
 

@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # writability probe), before anything expensive.
     with video.StagedOutputs([Path(args.output)], overwrite=args.overwrite, is_dir=False) as staged:
         summary = _encode(args, size, staged.temps[0])
+        _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
         staged.commit()
     return summary
 
