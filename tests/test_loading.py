@@ -169,3 +169,71 @@ def test_hub_id_from_the_offline_cache(saved, tmp_path):
 def test_hub_id_offline_and_not_cached_says_what_to_do(tmp_path):
     out = _run_offline(tmp_path)
     assert "ERROR" in out.stdout and "local diffusers folder" in out.stdout, out.stdout + out.stderr
+
+
+# -- issue 15: every config value checked, shards inside the folder, only finite float weights --
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("norm_num_groups", 0),  # was ZeroDivisionError
+        ("block_out_channels", []),  # was IndexError
+        ("temporal_compression_ratio", 0),  # was OverflowError
+        ("scaling_factor", 0),  # loaded, then divided the latents by 0
+        ("scaling_factor", float("nan")),
+        ("latent_channels", True),
+        ("layers_per_block", -1),
+        ("in_channels", 2**40),
+        ("block_out_channels", [8, 8, 8, 7]),  # not divisible by norm_num_groups 2
+        ("up_block_types", ["CogVideoXUpBlock3D"]),
+        ("temporal_compression_ratio", 3),
+        ("act_fn", "tanh-ish"),
+        ("norm_eps", -1e-6),
+        ("use_quant_conv", "yes"),
+    ],
+)
+def test_bad_config_value_is_named(saved, tmp_path, key, value):
+    config = json.loads((saved / "config.json").read_text())
+    config[key] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / loading.WEIGHTS_NAME).symlink_to(saved / loading.WEIGHTS_NAME)
+    with pytest.raises(ct.ModelLoadError, match=f"'{key}' is"):
+        ct.from_pretrained(tmp_path)
+    with pytest.raises(ct.ModelLoadError, match=f"'{key}' is"):
+        ct.build(config, {})
+
+
+@pytest.mark.parametrize("where", ["absolute", "parent"])
+def test_index_shard_outside_the_folder_is_refused(saved, tmp_path, where):
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes((saved / loading.WEIGHTS_NAME).read_bytes())
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((saved / "config.json").read_text())
+    name = str(outside) if where == "absolute" else "../outside.safetensors"
+    keys = load_file(saved / loading.WEIGHTS_NAME).keys()
+    (model / loading.WEIGHTS_INDEX_NAME).write_text(json.dumps({"weight_map": dict.fromkeys(keys, name)}))
+    with pytest.raises(ct.ModelLoadError, match="names a shard outside the model folder"):
+        ct.from_pretrained(model)
+
+
+def test_non_float_weights_are_refused(saved, tmp_path):
+    key = "decoder.conv_in.conv.bias"
+
+    def to_int(state):
+        state[key] = state[key].to(torch.int32)
+
+    with pytest.raises(ct.ModelLoadError, match=f"weight '{key}' .* is torch.int32; only float"):
+        ct.from_pretrained(_copy_with(saved, tmp_path, to_int))
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused(saved, tmp_path, value):
+    key = "decoder.conv_out.conv.weight"
+
+    def poison(state):
+        state[key].view(-1)[3] = value
+
+    with pytest.raises(ct.ModelLoadError, match=f"weight '{key}' holds NaN or Inf"):
+        ct.from_pretrained(_copy_with(saved, tmp_path, poison))
