@@ -16,6 +16,7 @@ Importing this package patches nothing; the ``apply_*`` functions in
 `cogvideox_torchax.patches` act only on the modules they are given.
 """
 
+from cogvideox_torchax.budget import MemoryBudgetError, MemoryPlan
 from cogvideox_torchax.config import PRESETS, RuntimeOptions
 from cogvideox_torchax.loading import ModelLoadError, build, from_pretrained, random_upstream, wrap
 from cogvideox_torchax.sharding import make_mesh
@@ -23,6 +24,8 @@ from cogvideox_torchax.vae import TorchaxVAE, UnsupportedAttributeError
 
 __all__ = [
     "PRESETS",
+    "MemoryBudgetError",
+    "MemoryPlan",
     "ModelLoadError",
     "RuntimeOptions",
     "TorchaxVAE",

@@ -24,6 +24,7 @@ from jax.sharding import Mesh
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from cogvideox_torchax import budget
 from cogvideox_torchax.config import RuntimeOptions, preset_config
 from cogvideox_torchax.sharding import make_mesh
 from cogvideox_torchax.vae import TorchaxVAE
@@ -298,14 +299,16 @@ def build(
     dtype: str | torch.dtype = "float32",
     mesh: Mesh | str | None = None,
     options: RuntimeOptions | None = None,
+    max_memory: str | int | None = "auto",
 ) -> TorchaxVAE:
     """Builds a `TorchaxVAE` from a diffusers config and a matching state dict."""
     opts = _options(dtype, options)
+    budget.parse_memory(max_memory)  # refused before the weights are read
     device_mesh = make_mesh(mesh)
     module = _meta_module(config)
     check_state_dict(module, state_dict)
     check_finite_weights(state_dict)
-    return TorchaxVAE(module, state_dict, opts, device_mesh)
+    return TorchaxVAE(module, state_dict, opts, device_mesh, max_memory=max_memory)
 
 
 def from_pretrained(
@@ -315,6 +318,7 @@ def from_pretrained(
     dtype: str | torch.dtype = "float32",
     mesh: Mesh | str | None = None,
     options: RuntimeOptions | None = None,
+    max_memory: str | int | None = "auto",
 ) -> TorchaxVAE:
     """Loads a CogVideoX VAE saved in diffusers format.
 
@@ -327,6 +331,9 @@ def from_pretrained(
         mesh: None (every local device on ``tp``), ``"dp=2,tp=4"``, or a
             `jax.sharding.Mesh` with axes ``("dp", "tp")``.
         options: full `RuntimeOptions`; ``dtype`` must then agree with it.
+        max_memory: the per-device budget each shape's plan must fit
+            (`TorchaxVAE.memory_plan`): ``"auto"`` (the device's capacity),
+            a size such as ``"16GiB"``, or bytes.
 
     Returns:
         The VAE, ready to `TorchaxVAE.decode`.
@@ -340,7 +347,8 @@ def from_pretrained(
     """
     folder = resolve_model_dir(path_or_hub_id, subfolder)
     config = read_config(folder)
-    return build(config, read_state_dict(folder), dtype=dtype, mesh=mesh, options=options)
+    budget.parse_memory(max_memory)
+    return build(config, read_state_dict(folder), dtype=dtype, mesh=mesh, options=options, max_memory=max_memory)
 
 
 def wrap(
@@ -349,6 +357,7 @@ def wrap(
     dtype: str | torch.dtype | None = None,
     mesh: Mesh | str | None = None,
     options: RuntimeOptions | None = None,
+    max_memory: str | int | None = "auto",
 ) -> TorchaxVAE:
     """Wraps an already-built upstream VAE, e.g. ``pipe.vae``.
 
@@ -361,12 +370,15 @@ def wrap(
         dtype: as `from_pretrained`; default the module's own dtype.
         mesh: as `from_pretrained`.
         options: as `from_pretrained`.
+        max_memory: as `from_pretrained`.
     """
     if not isinstance(vae_module, AutoencoderKLCogVideoX):
         raise TypeError(f"wrap expects an AutoencoderKLCogVideoX, got {type(vae_module).__name__}")
     if dtype is None and options is None:
         dtype = vae_module.dtype
-    vae = build(vae_module.config, vae_module.state_dict(), dtype=dtype, mesh=mesh, options=options)
+    vae = build(
+        vae_module.config, vae_module.state_dict(), dtype=dtype, mesh=mesh, options=options, max_memory=max_memory
+    )
     if vae_module.use_tiling:
         vae.enable_tiling(
             tile_sample_min_height=vae_module.tile_sample_min_height,

@@ -15,7 +15,7 @@ from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDis
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from jax.sharding import Mesh
 
-from cogvideox_torchax import patches, sharding
+from cogvideox_torchax import budget, patches, sharding
 from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.config import RuntimeOptions
 from cogvideox_torchax.plan import RunPlan, Target, apply_plan, build_plan, canonical_platform, mesh_platform
@@ -147,21 +147,27 @@ class TorchaxVAE:
         state_dict: Mapping[str, torch.Tensor],
         options: RuntimeOptions,
         mesh: Mesh,
+        max_memory: str | int | None = "auto",
     ):
         """Takes ownership of ``module`` (patched in place) and ``state_dict``.
 
         ``module`` may live on the meta device: only its structure is used.
         Prefer `from_pretrained` or `wrap`, which check the state dict first.
+        ``max_memory`` is as `memory_plan` takes it.
         """
         self._options = options
         self._mesh = mesh
+        self._max_memory = budget.parse_memory(max_memory)
         module.eval()
         self._platform = mesh_platform(mesh)
         # An unpatched copy (structure only on the meta device) from which a
-        # program for another platform is built by `lower_decode(...,
-        # platform=)`; the mesh's own program patches ``module`` itself.
+        # program for another platform or tiling is built (`lower_decode(...,
+        # platform=)`, the memory planner); the mesh's own program patches
+        # ``module`` itself.
         self._pristine = copy.deepcopy(module)
-        self._programs = {self._platform: _Program(module, self._plan_for(self._platform), mesh)}
+        # Programs by (platform, tiling): tiling None is the module's own switches.
+        self._programs = {(self._platform, None): _Program(module, self._plan_for(self._platform), mesh)}
+        self._memory_plans: dict[tuple[str, tuple[int, ...]], budget.MemoryPlan] = {}
         # Where results go for inputs that are not torch tensors; `to` moves it.
         self._device = torch.device("cpu")
 
@@ -176,18 +182,21 @@ class TorchaxVAE:
     def _plan_for(self, platform: str) -> RunPlan:
         return build_plan(self._options, Target.of(self._mesh, self._options.dtype, platform))
 
-    def _program(self, platform: str | None = None) -> _Program:
+    def _program(self, platform: str | None = None, tiling: dict[str, Any] | None = None) -> _Program:
         platform = self._platform if platform is None else canonical_platform(platform)
-        if platform not in self._programs:
+        key = (platform, None if tiling is None else tuple(sorted(tiling.items())))
+        if key not in self._programs:
             module = copy.deepcopy(self._pristine)
             vars(module).update(_tiling_switches(self.module))
-            self._programs[platform] = _Program(module, self._plan_for(platform), self._mesh)
-        return self._programs[platform]
+            if tiling is not None:
+                module.enable_tiling(**tiling)
+            self._programs[key] = _Program(module, self._plan_for(platform), self._mesh)
+        return self._programs[key]
 
     @property
     def plan(self) -> RunPlan:
         """What runs on the mesh's platform: patches, convolution layout and policy (`cogvideox_torchax.plan`)."""
-        return self._programs[self._platform].plan
+        return self._program().plan
 
     def plan_for(self, platform: str) -> RunPlan:
         """What would run if this VAE's program were built for ``platform`` (``"cpu"``, ``"cuda"``, ``"tpu"``)."""
@@ -230,7 +239,7 @@ class TorchaxVAE:
     @property
     def module(self) -> AutoencoderKLCogVideoX:
         """The patched upstream module of the mesh's platform (structure only; weights are `weights`)."""
-        return self._programs[self._platform].module
+        return self._programs[(self._platform, None)].module
 
 
     @property
@@ -326,8 +335,10 @@ class TorchaxVAE:
         self.check_latents(shape)
         return self._lower("decode", shape, platform)
 
-    def _lower(self, kind: str, shape: tuple[int, ...], platform: str | None) -> jax.stages.Lowered:
-        program = self._program(platform)
+    def _lower(
+        self, kind: str, shape: tuple[int, ...], platform: str | None, tiling: dict[str, Any] | None = None
+    ) -> jax.stages.Lowered:
+        program = self._program(platform, tiling)
         spec = jax.ShapeDtypeStruct(shape, self._options.jax_dtype, sharding=sharding.input_sharding(shape, self._mesh))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_INT64_WARNING)
@@ -336,13 +347,82 @@ class TorchaxVAE:
                 return traced.lower()
             return traced.lower(lowering_platforms=(program.plan.target.platform,))
 
-    def _compile(self, kind: str, shape: tuple[int, ...]) -> jax.stages.Compiled:
-        program = self._program()
-        key = (kind, tuple(shape))
+    def _compile_with(self, kind: str, shape: tuple[int, ...], tiling: dict[str, Any] | None) -> jax.stages.Compiled:
+        program = self._program(tiling=tiling)
+        key = (kind, shape)
         if key not in program.executables:
-            lowered = self.lower_decode(shape) if kind == "decode" else self.lower_encode(shape)
+            lowered = self._lower(kind, shape, None, tiling)
             program.executables[key] = lowered.compile(compiler_options=self.compiler_options)
         return program.executables[key]
+
+    def _compile(self, kind: str, shape: tuple[int, ...]) -> jax.stages.Compiled:
+        shape = tuple(shape)
+        (self.check_latents if kind == "decode" else self.check_video)(shape)
+        plan = self.memory_plan(shape, kind=kind)
+        return self._compile_with(kind, shape, plan.tiling)
+
+    def _candidates(self, kind: str, shape: tuple[int, ...]) -> list[tuple[str, dict[str, Any] | None]]:
+        scale = 2 ** (len(self.config.block_out_channels) - 1)
+        frame = shape[-2:] if kind == "decode" else tuple(-(-n // scale) for n in shape[-2:])
+        first = "tiled as set" if self.use_tiling else "whole"
+        return [(first, None), *budget.tiled_candidates(frame, scale)]
+
+    def memory_candidates(self, shape: tuple[int, ...], *, kind: str = "decode") -> list[budget.MemoryPlan]:
+        """Every candidate plan of `memory_plan` with its compiled bytes, in order (all compiled; none run)."""
+        shape = tuple(shape)
+        (self.check_latents if kind == "decode" else self.check_video)(shape)
+        plans = []
+        for name, tiling in self._candidates(kind, shape):
+            need = budget.compiled_bytes(self._compile_with(kind, shape, tiling))
+            self._program(tiling=tiling).executables.pop((kind, shape), None)
+            plans.append(budget.MemoryPlan(name, tiling, need, None))
+        return plans
+
+    def memory_plan(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan:
+        """How a shape runs within the memory budget, compiling candidates (running nothing) on first use.
+
+        Candidates in order of expected speed: the whole program (with the
+        VAE's own tiling switches), then upstream's tiling with growing
+        tile counts (`budget.tiled_candidates`). The first whose compiled
+        temporaries + arguments + outputs fit the budget, less
+        `budget.SAFETY_MARGIN`, is the plan; `decode` and `encode` run it.
+        The budget is ``max_memory`` (``"auto"``: the device's capacity,
+        `budget.device_capacity`).
+
+        Args:
+            shape: latents ``(B, C, T, H, W)`` for ``kind="decode"``, a video
+                ``(B, C, F, H, W)`` for ``"encode"``.
+            kind: ``"decode"`` or ``"encode"``.
+
+        Raises:
+            MemoryBudgetError: no candidate fits; says what each needs.
+        """
+        shape = tuple(shape)
+        key = (kind, shape)
+        if key in self._memory_plans:
+            return self._memory_plans[key]
+        limit, source = (
+            (self._max_memory, "max_memory") if self._max_memory is not None else budget.device_capacity(self._mesh)
+        )
+        usable = budget.usable(limit)
+        tried: list[str] = []
+        previous = None
+        for name, tiling in self._candidates(kind, shape):
+            need = budget.compiled_bytes(self._compile_with(kind, shape, tiling))
+            tried.append(f"{name} {need / 2**30:.3f} GiB")
+            if need <= usable:
+                self._memory_plans[key] = budget.MemoryPlan(name, tiling, need, usable)
+                return self._memory_plans[key]
+            # Not kept: it will not run here.
+            self._program(tiling=tiling).executables.pop((kind, shape), None)
+            if tiling is not None and previous is not None and need >= previous:
+                break  # smaller tiles stopped saving memory: blending and per-tile work dominate
+            previous = need if tiling is not None else None
+        raise budget.MemoryBudgetError(
+            f"no plan for the {kind} of {shape} fits {usable / 2**30:.2f} GiB per device ({source} "
+            f"{limit / 2**30:.2f} GiB less {budget.SAFETY_MARGIN:.0%} margin): {'; '.join(tried)}; "
+            "give more memory (max_memory / --max-memory) or a mesh with more devices on tp"
+        )
 
     def compile_decode(self, shape: tuple[int, ...]) -> jax.stages.Compiled:
         """The compiled decode for a latent shape, compiling it on first use."""
@@ -558,12 +638,13 @@ class TorchaxVAE:
         # The module's tiling settings are read while tracing, and jax.jit
         # keys its trace cache on argument shapes only: start fresh programs
         # (the mesh's own keeps its patched module and its tiling switches).
-        own = self._programs[self._platform]
-        self._programs = {self._platform: _Program(own.module, own.plan, self._mesh)}
+        own = self._programs[(self._platform, None)]
+        self._programs = {(self._platform, None): _Program(own.module, own.plan, self._mesh)}
+        self._memory_plans.clear()
 
     def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:
         """The input shapes that have a compiled ``kind`` (``"decode"`` or ``"encode"``) program, oldest first."""
-        return [shape for k, shape in self._program().executables if k == kind]
+        return [shape for k, shape in self._memory_plans if k == kind]
 
     def clear_compiled(self, *, jax_caches: bool = False) -> None:
         """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
@@ -583,6 +664,7 @@ class TorchaxVAE:
         """
         for program in self._programs.values():
             program.executables.clear()
+        self._memory_plans.clear()
         if jax_caches:
             jax.clear_caches()
 

@@ -1,0 +1,151 @@
+"""Memory budgets and the decode plans that fit them, chosen from compiled programs before anything runs.
+
+A compiled program states its memory (`jax.stages.Compiled.memory_analysis`:
+temporaries, arguments, outputs per device) and a device states its capacity
+(``memory_stats()["bytes_limit"]`` on GPU and TPU, the host's available
+memory on the CPU). `TorchaxVAE` compiles candidate plans in order of
+expected speed (the whole decode, then upstream's tiling with growing tile
+counts) and runs the first that fits the budget, keeping `SAFETY_MARGIN` of
+it free. Tiling changes results only as upstream's own tiled decode does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from jax.sharding import Mesh
+
+# Left free of every budget: XLA's memory analysis does not count the
+# allocator's fragmentation or the runtime's own buffers.
+SAFETY_MARGIN = 0.10
+
+# Tiles per axis of the candidate plans after the whole decode, in order.
+TILE_COUNTS = (2, 3, 4, 6, 8)
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*$")
+
+
+class MemoryBudgetError(ValueError):
+    """No plan fits the memory budget; raised before anything runs."""
+
+
+def parse_memory(text: str | int | None) -> int | None:
+    """Bytes from ``"16GiB"``, ``"8 GB"``, ``"512MiB"``, ``"1.5G"`` (G = GiB) or an int; None for ``"auto"``/None.
+
+    Raises:
+        ValueError: anything else, or a size that is not positive.
+    """
+    if text is None or (isinstance(text, str) and text.strip().lower() == "auto"):
+        return None
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise ValueError(f"memory budget must be 'auto' or a size like '16GiB', got {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _SIZE.match(text)
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"memory budget must be 'auto' or a size like '16GiB', '8GB', '512MiB', got {text!r}")
+        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value < 1:
+        raise ValueError(f"memory budget must be positive, got {text!r}")
+    return value
+
+
+def _host_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def device_capacity(mesh: Mesh) -> tuple[int, str]:
+    """Bytes one device of ``mesh`` can hold, and where the figure comes from.
+
+    GPU and TPU: the smallest ``bytes_limit`` among the mesh's devices. CPU:
+    the host's available memory, shared by the mesh's devices on it.
+    """
+    devices = list(mesh.devices.flat)
+    limits = [(d.memory_stats() or {}).get("bytes_limit") for d in devices if d.platform != "cpu"]
+    if limits and all(limits):
+        return min(limits), f"{devices[0].device_kind} bytes_limit"
+    per_host = sum(1 for d in devices if d.process_index == devices[0].process_index)
+    return _host_available() // per_host, f"host available memory / {per_host} device(s)"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    """One way to run a shape, with its compiled bytes per device.
+
+    Attributes:
+        name: ``"whole"`` (no tiling, or the VAE's own), or
+            ``"tiles of HxW latents"``.
+        tiling: `enable_tiling` keywords, or None for no tiling (or the
+            user's own tiling, as set on the VAE).
+        bytes: temporaries + arguments + outputs of the compiled program, per device.
+        budget: the bytes the plan had to fit, margin already taken off.
+    """
+
+    name: str
+    tiling: dict[str, Any] | None
+    bytes: int
+    budget: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def usable(budget: int) -> int:
+    """What of ``budget`` a plan may use: all but `SAFETY_MARGIN`."""
+    return int(budget * (1 - SAFETY_MARGIN))
+
+
+def compiled_bytes(compiled: Any) -> int:
+    """Temporaries + arguments + outputs of a compiled program, per device."""
+    m = compiled.memory_analysis()
+    if m is None:
+        return 0
+    return int(m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes)
+
+
+def tiled_candidates(latent_hw: tuple[int, int], spatial_scale: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """`enable_tiling` keywords for growing tile counts over a latent frame of ``latent_hw``.
+
+    Tiles are upstream's (overlap 1/6 of the height, 1/5 of the width); each
+    candidate's tile is about ``1/k`` of the frame for k in `TILE_COUNTS`,
+    skipping counts that give no smaller tile than the last.
+    """
+    h, w = latent_hw
+    last = None
+    for k in TILE_COUNTS:
+        tile = (max(2, math.ceil(h / k)), max(2, math.ceil(w / k)))
+        if tile == last or tile[0] >= h and tile[1] >= w:
+            continue
+        last = tile
+        yield (
+            f"tiles of {tile[0]}x{tile[1]} latents",
+            {"tile_sample_min_height": tile[0] * spatial_scale, "tile_sample_min_width": tile[1] * spatial_scale},
+        )
