@@ -102,7 +102,11 @@ class _Program:
     """One target's patched module and its jitted encode and decode, compiled once per input shape."""
 
     # The upstream method each program kind calls, and its extra arguments.
-    _METHODS = {"decode": ("decode", {"return_dict": False}), "encode": ("_encode", {})}
+    _METHODS = {
+        "decode": ("decode", {"return_dict": False}),
+        "frames": ("decode", {"return_dict": False}),
+        "encode": ("_encode", {}),
+    }
 
     def __init__(self, module: AutoencoderKLCogVideoX, plan: RunPlan, mesh: Mesh):
         apply_plan(module, plan, mesh)
@@ -120,9 +124,23 @@ class _Program:
             with env, torch.no_grad():
                 weights_t, x_t = env.j2t_iso((weights, x))
                 out = self._jittable.functional_call(method, weights_t, {}, x_t, **kwargs)
-            return env.t2j_iso(out[0] if isinstance(out, tuple) else out)
+            out = env.t2j_iso(out[0] if isinstance(out, tuple) else out)
+            return to_frames(out) if kind == "frames" else out
 
         return run
+
+
+def to_frames(video: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Decoder output ``(B, 3, F, H, W)`` -> uint8 frames ``(B, F, H, W, 3)`` and whether all of it was finite.
+
+    The mapping of diffusers' video processor, in fp32 as
+    `cogvideox_torchax.video.to_uint8` does it on the host:
+    ``round(clip(x / 2 + 0.5, 0, 1) * 255)``, halves to even.
+    """
+    x = video.astype(jax.numpy.float32)
+    finite = jax.numpy.isfinite(x).all()
+    frames = jax.numpy.round(jax.numpy.clip(x * 0.5 + 0.5, 0.0, 1.0) * 255).astype(jax.numpy.uint8)
+    return frames.transpose(0, 2, 3, 4, 1), finite
 
 
 class TorchaxVAE:
@@ -298,6 +316,25 @@ class TorchaxVAE:
         self.check_latents(tuple(z.shape))
         return self._run(self.compile_decode, z)
 
+    def decode_frames_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Decodes straight to video frames on device: what an mp4 or PNG writer takes.
+
+        The [-1, 1] -> uint8 mapping of diffusers' video processor runs inside
+        the jitted program, so what leaves the device is a quarter (fp32) or
+        half (bf16) of the decoder's output.
+
+        Returns:
+            ``(frames, finite)``: uint8 ``(B, F, 8H, 8W, 3)``, and a scalar
+            bool, False when the decoder's output held NaN or Inf (the
+            frames are then garbage).
+        """
+        self.check_latents(tuple(z.shape))
+        if not self.use_slicing or z.shape[0] == 1:
+            return self._compile("frames", tuple(z.shape))(self._weights, self._device_input(z))
+        parts = [self.decode_frames_jax(z[i : i + 1]) for i in range(z.shape[0])]
+        frames = jax.numpy.concatenate([f for f, _ in parts], axis=0)
+        return frames, jax.numpy.stack([ok for _, ok in parts]).all()
+
     def decode(
         self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
     ) -> DecoderOutput | tuple[torch.Tensor]:
@@ -357,20 +394,20 @@ class TorchaxVAE:
 
     def _compile(self, kind: str, shape: tuple[int, ...]) -> jax.stages.Compiled:
         shape = tuple(shape)
-        (self.check_latents if kind == "decode" else self.check_video)(shape)
+        (self.check_video if kind == "encode" else self.check_latents)(shape)
         plan = self.memory_plan(shape, kind=kind)
         return self._compile_with(kind, shape, plan.tiling)
 
     def _candidates(self, kind: str, shape: tuple[int, ...]) -> list[tuple[str, dict[str, Any] | None]]:
         scale = 2 ** (len(self.config.block_out_channels) - 1)
-        frame = shape[-2:] if kind == "decode" else tuple(-(-n // scale) for n in shape[-2:])
+        frame = shape[-2:] if kind != "encode" else tuple(-(-n // scale) for n in shape[-2:])
         first = "tiled as set" if self.use_tiling else "whole"
         return [(first, None), *budget.tiled_candidates(frame, scale)]
 
     def memory_candidates(self, shape: tuple[int, ...], *, kind: str = "decode") -> list[budget.MemoryPlan]:
         """Every candidate plan of `memory_plan` with its compiled bytes, in order (all compiled; none run)."""
         shape = tuple(shape)
-        (self.check_latents if kind == "decode" else self.check_video)(shape)
+        (self.check_video if kind == "encode" else self.check_latents)(shape)
         plans = []
         for name, tiling in self._candidates(kind, shape):
             need = budget.compiled_bytes(self._compile_with(kind, shape, tiling))
