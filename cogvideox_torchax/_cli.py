@@ -68,9 +68,27 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print live device memory after each stage (also $COGVIDEOX_TORCHAX_MEMORY_REPORT=1)",
     )
+    p.add_argument(
+        "--max-memory",
+        default="auto",
+        metavar="auto|SIZE",
+        help="per-device memory the run must fit, e.g. 16GiB (default auto: the device's capacity); "
+        "the plan (whole, or upstream's tiling with more tiles) is chosen from compiled programs before running",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the memory plan and its compiled bytes; run nothing")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def check_max_memory(args: argparse.Namespace) -> None:
+    """Refuses a ``--max-memory`` that is neither ``auto`` nor a size (exit 2, before loading)."""
+    from cogvideox_torchax import budget
+
+    try:
+        budget.parse_memory(args.max_memory)
+    except ValueError as e:
+        raise UsageError(f"--max-memory: {e}") from e
 
 
 def check_dtype(args: argparse.Namespace) -> None:
@@ -126,11 +144,13 @@ def load_model(args: argparse.Namespace):
             module = ct.random_upstream(preset, seed=args.seed)
         except ValueError as e:
             raise UsageError(str(e)) from e
-        return ct.wrap(module, dtype=args.dtype, mesh=args.mesh)
+        return ct.wrap(module, dtype=args.dtype, mesh=args.mesh, max_memory=args.max_memory)
     subfolder = args.subfolder
     if subfolder is None and not Path(args.model).exists():
         subfolder = "vae"
-    return ct.from_pretrained(args.model, subfolder=subfolder, dtype=args.dtype, mesh=args.mesh)
+    return ct.from_pretrained(
+        args.model, subfolder=subfolder, dtype=args.dtype, mesh=args.mesh, max_memory=args.max_memory
+    )
 
 
 _interrupted = False
@@ -234,9 +254,15 @@ def out_of_memory_as_exit_3(what: str, shape: tuple[int, ...], vae=None) -> Iter
         if vae is not None:
             where = f" ({vae.options.dtype}, mesh {dict(vae.mesh.shape)})"
         first = " ".join(str(e).split("\n")[0].split())[:200] or type(e).__name__
+        planned = ""
+        plan = None if vae is None else vae.planned(tuple(shape), kind="encode" if "encod" in what else "decode")
+        if plan is not None:
+            planned = f"; the plan ({plan.name}) compiled to {plan.bytes / 2**30:.2f} GiB per device"
+            planned += f" of {plan.budget / 2**30:.2f} GiB usable" if plan.budget else ""
         raise OutOfMemory(
-            f"out of memory {what} shape {tuple(int(v) for v in shape)}{where}: {first}; "
-            "try --dtype bfloat16, a larger --mesh, or a smaller input"
+            f"out of memory {what} shape {tuple(int(v) for v in shape)}{where}: {first}{planned}; "
+            "try a --max-memory below what the device really has free (tiling follows), --dtype bfloat16, "
+            "or a larger --mesh"
         ) from e
 
 
@@ -317,7 +343,9 @@ def main(
         if args.debug:
             raise
         print(f"error: {one_line(e)}", file=sys.stderr)
-        if isinstance(e, OutOfMemory):
+        from cogvideox_torchax.budget import MemoryBudgetError  # loaded by now if it was raised
+
+        if isinstance(e, (OutOfMemory, MemoryBudgetError)):
             return EXIT_OUT_OF_MEMORY
         return EXIT_BAD_INPUT if isinstance(e, (UsageError, ValueError)) else EXIT_ERROR
     if args.json:

@@ -16,6 +16,7 @@ import math
 import os
 import re
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 from jax.sharding import Mesh
@@ -131,20 +132,31 @@ def compiled_bytes(compiled: Any) -> int:
     return int(m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes)
 
 
-def tiled_candidates(latent_hw: tuple[int, int], spatial_scale: int) -> Iterator[tuple[str, dict[str, Any]]]:
+def human(n: int) -> str:
+    """Bytes as GiB (or MiB below one GiB), for messages."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def tiled_candidates(
+    latent_hw: tuple[int, int], spatial_scale: int, overlaps: tuple[float, float] = (1 / 6, 1 / 5)
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """`enable_tiling` keywords for growing tile counts over a latent frame of ``latent_hw``.
 
-    Tiles are upstream's (overlap 1/6 of the height, 1/5 of the width); each
-    candidate's tile is about ``1/k`` of the frame for k in `TILE_COUNTS`,
-    skipping counts that give no smaller tile than the last.
+    Each candidate's tile is about ``1/k`` of the frame for k in
+    `TILE_COUNTS`, rounded up to a multiple of the overlap's denominator
+    (6 and 5 for upstream's overlap factors 1/6 and 1/5): upstream's tiled
+    decode crops each tile to ``tile - int(tile * overlap)`` pixels while
+    stepping by ``int(tile * (1 - overlap))`` latents, and only such tiles
+    make the two agree, so the tiled video has the whole video's size.
+    Counts that give no new, smaller tile are skipped.
     """
-    h, w = latent_hw
-    last = None
+    multiples = [Fraction(o).limit_denominator(64).denominator for o in overlaps]
+    seen = set()
     for k in TILE_COUNTS:
-        tile = (max(2, math.ceil(h / k)), max(2, math.ceil(w / k)))
-        if tile == last or tile[0] >= h and tile[1] >= w:
+        tile = tuple(max(m, math.ceil(math.ceil(n / k) / m) * m) for n, m in zip(latent_hw, multiples, strict=True))
+        if tile in seen or (tile[0] >= latent_hw[0] and tile[1] >= latent_hw[1]):
             continue
-        last = tile
+        seen.add(tile)
         yield (
             f"tiles of {tile[0]}x{tile[1]} latents",
             {"tile_sample_min_height": tile[0] * spatial_scale, "tile_sample_min_width": tile[1] * spatial_scale},

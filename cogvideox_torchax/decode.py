@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _check_args(args: argparse.Namespace) -> None:
     _cli.check_dtype(args)
+    _cli.check_max_memory(args)
     if not args.fps > 0:
         raise UsageError(f"--fps must be positive, got {args.fps}")
     if not 0 <= args.crf <= 51:
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     kind = video.output_kind(args.output)
     z = latents.read_latents(args.latents, args.key)
     latents.check_shape(z.shape)
+    if args.dry_run:
+        return _dry_run(args, z, show_memory)
     outputs = video.output_paths(Path(args.output), z.shape[0])
     # Every output path is checked, and its temporary entry made (the
     # writability probe), before anything expensive.
@@ -86,6 +89,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
         staged.commit()
     return summary
+
+
+def _dry_run(args: argparse.Namespace, z, show_memory: bool) -> dict[str, Any]:
+    """Loads the model and plans the decode's memory (compiling, not running); writes nothing."""
+    from cogvideox_torchax import latents
+
+    _cli.compile_cache_from_args(args)
+    vae, load = _cli.load_stage(args, show_memory)
+    z, layout = latents.prepare(
+        z, vae.config.latent_channels, vae.config.scaling_factor, layout=args.layout, unscale=args.unscale
+    )
+    vae.check_latents(z.shape)
+    with _cli.out_of_memory_as_exit_3("planning the decode of latents", z.shape):
+        with Stage("plan", 1, "shape", args.quiet) as stage:
+            plan = vae.memory_plan(tuple(z.shape))
+            stage.tick()
+    return {
+        "dry_run": True,
+        "latents_shape": list(z.shape),
+        "layout": layout,
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "plan": vae.plan.as_dict(),
+        "memory_plan": plan.as_dict(),
+        "load_s": round(load.seconds, 3),
+        "plan_s": round(stage.seconds, 3),
+    }
 
 
 def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -> dict[str, Any]:
@@ -107,17 +137,29 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
         compile_stage, cache_events = _cli.compile_stage(vae.compile_decode, z.shape, args, show_memory)
 
     batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
+    # mp4 and PNG take uint8 frames, made on device (a quarter of the fp32
+    # output crosses to the host); raw outputs take the decoder's floats.
+    on_device_frames = kind not in ("npy", "safetensors")
     with _cli.out_of_memory_as_exit_3("decoding latents", z.shape, vae):
         with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
             # One compiled program decodes the whole batch; the bar completes
             # when it returns.
-            decoded = jax.block_until_ready(vae.decode_jax(z))
+            if on_device_frames:
+                decoded, finite = jax.block_until_ready(vae.decode_frames_jax(z))
+            else:
+                decoded = jax.block_until_ready(vae.decode_jax(z))
             decode.tick(batch * frames_per_video)
         if show_memory:
             memory.report("decode")
-        host = np.asarray(decoded.astype(jax.numpy.float32))
+        if on_device_frames:
+            host = np.asarray(decoded)
+            if not bool(finite):
+                raise UsageError(_cli.nonfinite_cause(vae, "decode", float(np.abs(z).max())))
+        else:
+            host = np.asarray(decoded.astype(jax.numpy.float32))
         del decoded
-    _cli.check_finite(host, vae, "decode", float(np.abs(z).max()))
+    if not on_device_frames:
+        _cli.check_finite(host, vae, "decode", float(np.abs(z).max()))
 
     per_video = 1 if kind in ("npy", "safetensors") else frames_per_video
     with Stage("write", batch * per_video, "frame" if per_video > 1 else "file", args.quiet) as write:
@@ -133,7 +175,8 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
         "latents_shape": list(z.shape),
         "layout": layout,
         "unscaled": bool(args.unscale),
-        "video_shape": list(host.shape),
+        "video_shape": [host.shape[i] for i in (0, 4, 1, 2, 3)] if on_device_frames else list(host.shape),
+        "memory_plan": vae.planned(tuple(z.shape)).as_dict(),
         "dtype": vae.options.dtype,
         "mesh": dict(vae.mesh.shape),
         "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
@@ -157,6 +200,13 @@ def _frame_count(latent_frames: int) -> int:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
+    plan = s["memory_plan"]
+    if s.get("dry_run"):
+        print(
+            f"plan for {s['latents_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
+            f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
+        )
+        return
     print(
         f"decoded {s['latents_shape']} ({s['layout']}, {'unscaled' if s['unscaled'] else 'as given'}) -> "
         f"{s['video_shape']} ({s['dtype']}, mesh {s['mesh']}, {s['device']})"
@@ -165,6 +215,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"  load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s (cache {s['compile_cache']}) | "
         f"decode {s['decode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | write {s['write_s']:.2f} s"
     )
+    print(f"  memory plan: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device")
     for path in s["outputs"]:
         print(f"  wrote {path}")
 

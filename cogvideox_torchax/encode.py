@@ -66,6 +66,7 @@ def _check_args(args: argparse.Namespace) -> tuple[int, int] | None:
     from cogvideox_torchax import frames
 
     _cli.check_dtype(args)
+    _cli.check_max_memory(args)
     if Path(args.output).suffix.lower() != ".safetensors":
         raise UsageError(f"output must be a .safetensors file, got {args.output!r}")
     if args.frames is not None and args.frames < 1:
@@ -78,6 +79,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from cogvideox_torchax import video
 
     size = _check_args(args)
+    if args.dry_run:
+        return _dry_run(args, size)
     # The output path is checked, and its temporary file made (the
     # writability probe), before anything expensive.
     with video.StagedOutputs([Path(args.output)], overwrite=args.overwrite, is_dir=False) as staged:
@@ -85,6 +88,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
         staged.commit()
     return summary
+
+
+def _dry_run(args: argparse.Namespace, size: tuple[int, int] | None) -> dict[str, Any]:
+    """Reads the video, loads the model and plans the encode's memory (compiling, not running); writes nothing."""
+    from cogvideox_torchax import frames, memory
+
+    raw, _ = frames.read_frames(args.video)
+    x = frames.to_video_tensor(frames.fit(raw, size=size, num_frames=args.frames))
+    _cli.compile_cache_from_args(args)
+    vae, load = _cli.load_stage(args, args.memory_report or memory.enabled_by_env())
+    vae.check_video(x.shape)
+    with _cli.out_of_memory_as_exit_3("planning the encode of video", x.shape):
+        with Stage("plan", 1, "shape", args.quiet) as stage:
+            plan = vae.memory_plan(tuple(x.shape), kind="encode")
+            stage.tick()
+    return {
+        "dry_run": True,
+        "video_shape": list(x.shape),
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "plan": vae.plan.as_dict(),
+        "memory_plan": plan.as_dict(),
+        "load_s": round(load.seconds, 3),
+        "plan_s": round(stage.seconds, 3),
+    }
 
 
 def _encode(args: argparse.Namespace, size: tuple[int, int] | None, tmp: Path) -> dict[str, Any]:
@@ -155,6 +183,7 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, tmp: Path) -
         "mesh": dict(vae.mesh.shape),
         "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
         "plan": vae.plan.as_dict(),
+        "memory_plan": vae.planned(tuple(x.shape), kind="encode").as_dict(),
         "read_s": round(read.seconds, 3),
         "load_s": round(load.seconds, 3),
         "compile_s": round(compile_stage.seconds, 3),
@@ -167,6 +196,13 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, tmp: Path) -
 
 
 def _print_summary(s: dict[str, Any]) -> None:
+    plan = s["memory_plan"]
+    if s.get("dry_run"):
+        print(
+            f"plan for video {s['video_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
+            f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
+        )
+        return
     frames, height, width = s["input_shape"]
     _, _, used, used_h, used_w = s["video_shape"]
     print(

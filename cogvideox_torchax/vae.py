@@ -402,7 +402,8 @@ class TorchaxVAE:
         scale = 2 ** (len(self.config.block_out_channels) - 1)
         frame = shape[-2:] if kind != "encode" else tuple(-(-n // scale) for n in shape[-2:])
         first = "tiled as set" if self.use_tiling else "whole"
-        return [(first, None), *budget.tiled_candidates(frame, scale)]
+        overlaps = (self.module.tile_overlap_factor_height, self.module.tile_overlap_factor_width)
+        return [(first, None), *budget.tiled_candidates(frame, scale, overlaps)]
 
     def memory_candidates(self, shape: tuple[int, ...], *, kind: str = "decode") -> list[budget.MemoryPlan]:
         """Every candidate plan of `memory_plan` with its compiled bytes, in order (all compiled; none run)."""
@@ -414,6 +415,10 @@ class TorchaxVAE:
             self._program(tiling=tiling).executables.pop((kind, shape), None)
             plans.append(budget.MemoryPlan(name, tiling, need, None))
         return plans
+
+    def planned(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan | None:
+        """The plan `memory_plan` chose for a shape, or None if it has not planned it (compiles nothing)."""
+        return self._memory_plans.get((kind, tuple(shape)))
 
     def memory_plan(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan:
         """How a shape runs within the memory budget, compiling candidates (running nothing) on first use.
@@ -446,7 +451,7 @@ class TorchaxVAE:
         previous = None
         for name, tiling in self._candidates(kind, shape):
             need = budget.compiled_bytes(self._compile_with(kind, shape, tiling))
-            tried.append(f"{name} {need / 2**30:.3f} GiB")
+            tried.append(f"{name} {budget.human(need)}")
             if need <= usable:
                 self._memory_plans[key] = budget.MemoryPlan(name, tiling, need, usable)
                 return self._memory_plans[key]
@@ -456,8 +461,8 @@ class TorchaxVAE:
                 break  # smaller tiles stopped saving memory: blending and per-tile work dominate
             previous = need if tiling is not None else None
         raise budget.MemoryBudgetError(
-            f"no plan for the {kind} of {shape} fits {usable / 2**30:.2f} GiB per device ({source} "
-            f"{limit / 2**30:.2f} GiB less {budget.SAFETY_MARGIN:.0%} margin): {'; '.join(tried)}; "
+            f"no plan for the {kind} of {shape} fits {budget.human(usable)} per device ({source} "
+            f"{budget.human(limit)} less {budget.SAFETY_MARGIN:.0%} margin): {'; '.join(tried)}; "
             "give more memory (max_memory / --max-memory) or a mesh with more devices on tp"
         )
 

@@ -448,13 +448,18 @@ def write_raw(path: Path, video: np.ndarray, *, overwrite: bool = False) -> None
 def write_video_to(
     dest: Path, kind: str, video: np.ndarray, *, fps: float = 8, crf: int = 18, tick=None
 ) -> None:
-    """Writes one decoded video ``(3, F, H, W)`` at ``dest`` itself (a staged temporary entry) as ``kind``."""
+    """Writes one video at ``dest`` itself (a staged temporary entry) as ``kind``.
+
+    ``video`` is decoded floats ``(3, F, H, W)``, or for mp4 and PNG also
+    frames already made (uint8 ``(F, H, W, 3)``, `to_uint8`'s result, as
+    `TorchaxVAE.decode_frames_jax` makes them on device).
+    """
     if kind in ("npy", "safetensors"):
         save_raw(dest, video, kind)
         if tick:
             tick()
         return
-    frames = to_uint8(video[None])[0]
+    frames = video if video.dtype == np.uint8 else to_uint8(video[None])[0]
     if kind == "mp4":
         encode_mp4(dest, frames, fps=fps, crf=crf, tick=tick)
     else:

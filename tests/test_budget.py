@@ -9,8 +9,8 @@ from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close
 
 # Measured on this CPU: the whole decode of (1,4,2,16,24) compiles to 40.5 MB
-# (temporaries + arguments + outputs), 2x2-ish tiles of 8x12 latents to 13.8 MB,
-# the smallest candidate to 10.1 MB.
+# (temporaries + arguments + outputs), tiles of 12x15 latents to 40.3 MB, of
+# 6x10 to 9.7 MB, of 6x5 to 9.3 MB.
 _SHAPE = (1, 4, 2, 16, 24)
 
 
@@ -39,24 +39,25 @@ def test_a_small_budget_picks_tiling_that_equals_upstreams_tiled_decode(tiny_ups
     z = seeded_latents(_SHAPE, seed=5)
     got = vae.decode(z).sample
     plan = vae.memory_plan(_SHAPE)
-    assert plan.tiling is not None and plan.bytes <= plan.budget == int(20_000_000 * 0.9)
+    assert plan.name == "tiles of 6x10 latents" and plan.bytes <= plan.budget == int(20_000_000 * 0.9)
     assert vae.compiled_shapes() == [_SHAPE]
     twin = ct.random_upstream("tiny", seed=0)
     twin.enable_tiling(**plan.tiling)
-    # Tiling changes results only as upstream's own tiled decode does.
+    # Tiling changes results only as upstream's own tiled decode does, and
+    # the planner's tiles keep the whole video's size.
     assert_close(got, upstream_decode(twin, z), atol=2e-5, label=f"planned {plan.name}")
+    assert got.shape == (1, 3, 8, 128, 192)
     assert not vae.use_tiling  # the VAE's own switch is left as it was
 
 
 def test_a_budget_smaller_than_any_plan_is_refused_before_running(tiny_upstream):
-    # (1,4,1,8,12): whole 1.27 MB, tiles of 4x6 latents 0.77 MB, 3x4 0.71 MB,
-    # 2x3 0.84 MB (more than 3x4: the planner stops there).
+    # (1,4,1,8,12): whole 1.27 MB, tiles of 6x10 latents 1.30 MB, of 6x5 0.82 MB.
     shape = (1, 4, 1, 8, 12)
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", max_memory=500_000)
     with pytest.raises(ct.MemoryBudgetError, match=r"no plan for the decode of \(1, 4, 1, 8, 12\) fits") as err:
         vae.decode(torch.zeros(shape))
     message = str(err.value)
-    assert "whole 0.001 GiB" in message and "tiles of 3x4 latents" in message and "2x2" not in message
+    assert "whole 1.2 MiB" in message and "tiles of 6x5 latents 0.8 MiB" in message and "0.5 MB" not in message
     assert vae.compiled_shapes() == []
 
 
@@ -69,3 +70,13 @@ def test_the_encode_is_planned_too(tiny_vae):
     plan = tiny_vae.memory_plan((1, 3, 9, 64, 96), kind="encode")
     assert plan.name == "whole" and 0 < plan.bytes <= plan.budget
     assert tiny_vae.compiled_shapes("encode")[-1] == (1, 3, 9, 64, 96)
+
+
+@pytest.mark.parametrize(("frame", "overlaps"), [((60, 90), (1 / 6, 1 / 5)), ((96, 170), (1 / 6, 1 / 5)), ((16, 24), (0.25, 0.25))])
+def test_candidate_tiles_keep_upstreams_grid_consistent(frame, overlaps):
+    # Upstream crops each tile to tile - int(tile * overlap) pixels and steps by
+    # int(latent tile * (1 - overlap)): the candidates make these agree, so a
+    # tiled video has the whole video's size.
+    for _, tiling in budget.tiled_candidates(frame, 8, overlaps):
+        for px, overlap in zip((tiling["tile_sample_min_height"], tiling["tile_sample_min_width"]), overlaps):
+            assert px - int(px * overlap) == 8 * int(px // 8 * (1 - overlap))
