@@ -29,7 +29,8 @@ EXIT_CODES = """exit codes:
        folder or config, an output that exists or may not be replaced, an unwritable folder,
        a decode that would produce NaN/Inf); nothing written, checked before decoding
        wherever it can be
-  3    out of memory while compiling or running (the message names the shape); nothing written
+  3    out of memory: no plan fits --max-memory (checked from compiled programs before running),
+       or the device ran out while compiling or running (the message names the shape); nothing written
   130  interrupted (Ctrl-C); nothing written
 
 --overwrite replaces an existing file, or a folder holding nothing but frame_*.png files;
