@@ -16,11 +16,29 @@ Importing this package patches nothing; the ``apply_*`` functions in
 `cogvideox_torchax.patches` act only on the modules they are given.
 """
 
-from cogvideox_torchax.budget import MemoryBudgetError, MemoryPlan
-from cogvideox_torchax.config import PRESETS, RuntimeOptions
-from cogvideox_torchax.loading import ModelLoadError, build, from_pretrained, random_upstream, wrap
-from cogvideox_torchax.sharding import make_mesh
-from cogvideox_torchax.vae import TorchaxVAE, UnsupportedAttributeError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Public name -> the module it lives in. Resolved on first use (PEP 562), so
+# importing the package (as `python -m cogvideox_torchax.decode` does before
+# its own code runs) does not load torch, JAX and diffusers: the command
+# lines install their Ctrl-C handling first.
+_EXPORTS = {
+    "MemoryBudgetError": "cogvideox_torchax.budget",
+    "MemoryPlan": "cogvideox_torchax.budget",
+    "PRESETS": "cogvideox_torchax.config",
+    "RuntimeOptions": "cogvideox_torchax.config",
+    "ModelLoadError": "cogvideox_torchax.loading",
+    "build": "cogvideox_torchax.loading",
+    "from_pretrained": "cogvideox_torchax.loading",
+    "random_upstream": "cogvideox_torchax.loading",
+    "wrap": "cogvideox_torchax.loading",
+    "make_mesh": "cogvideox_torchax.sharding",
+    "TorchaxVAE": "cogvideox_torchax.vae",
+    "UnsupportedAttributeError": "cogvideox_torchax.vae",
+}
 
 __all__ = [
     "PRESETS",
@@ -36,3 +54,22 @@ __all__ = [
     "random_upstream",
     "wrap",
 ]
+
+if TYPE_CHECKING:
+    from cogvideox_torchax.budget import MemoryBudgetError, MemoryPlan
+    from cogvideox_torchax.config import PRESETS, RuntimeOptions
+    from cogvideox_torchax.loading import ModelLoadError, build, from_pretrained, random_upstream, wrap
+    from cogvideox_torchax.sharding import make_mesh
+    from cogvideox_torchax.vae import TorchaxVAE, UnsupportedAttributeError
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'cogvideox_torchax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -310,3 +310,18 @@ def test_no_pickle_is_ever_loaded(tmp_path, capsys, good):
     argv = [good, "--model", str(model), "-o", str(tmp_path / "v.npy"), "--no-compile-cache", "--quiet"]
     assert decode.main(argv) == 2 and not mark.exists()
     assert "cannot read weights" in capsys.readouterr().err
+
+
+def test_importing_the_commands_loads_no_framework():
+    # The package resolves its public names lazily, so the command lines'
+    # Ctrl-C handling is installed before torch, JAX or diffusers load.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cogvideox_torchax.decode, cogvideox_torchax.encode, cogvideox_torchax as ct; "
+        "heavy = [m for m in ('torch', 'jax', 'diffusers') if m in sys.modules]; "
+        "assert not heavy, heavy; assert ct.RuntimeOptions().dtype == 'float32'; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
