@@ -256,7 +256,8 @@ def out_of_memory_as_exit_3(what: str, shape: tuple[int, ...], vae=None) -> Iter
             where = f" ({vae.options.dtype}, mesh {dict(vae.mesh.shape)})"
         first = " ".join(str(e).split("\n")[0].split())[:200] or type(e).__name__
         planned = ""
-        plan = None if vae is None else vae.planned(tuple(shape), kind="encode" if "encod" in what else "decode")
+        plans = [] if vae is None else [vae.planned(tuple(shape), kind=k) for k in ("decode", "frames", "encode")]
+        plan = next((p for p in plans if p is not None), None)
         if plan is not None:
             planned = f"; the plan ({plan.name}) compiled to {plan.bytes / 2**30:.2f} GiB per device"
             planned += f" of {plan.budget / 2**30:.2f} GiB usable" if plan.budget else ""

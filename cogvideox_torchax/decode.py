@@ -133,13 +133,16 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
     vae.check_latents(z.shape)
     latents.check_range(z, vae.options.dtype, unscaled_by=float(config.scaling_factor) if args.unscale else None)
 
-    with _cli.out_of_memory_as_exit_3("compiling the decode of latents", z.shape, vae):
-        compile_stage, cache_events = _cli.compile_stage(vae.compile_decode, z.shape, args, show_memory)
-
-    batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
     # mp4 and PNG take uint8 frames, made on device (a quarter of the fp32
     # output crosses to the host); raw outputs take the decoder's floats.
     on_device_frames = kind not in ("npy", "safetensors")
+    program = "frames" if on_device_frames else "decode"
+    with _cli.out_of_memory_as_exit_3("compiling the decode of latents", z.shape, vae):
+        compile_stage, cache_events = _cli.compile_stage(
+            lambda shape: vae.compile_decode(shape, frames=on_device_frames), z.shape, args, show_memory
+        )
+
+    batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
     with _cli.out_of_memory_as_exit_3("decoding latents", z.shape, vae):
         with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
             # One compiled program decodes the whole batch; the bar completes
@@ -176,7 +179,7 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
         "layout": layout,
         "unscaled": bool(args.unscale),
         "video_shape": [host.shape[i] for i in (0, 4, 1, 2, 3)] if on_device_frames else list(host.shape),
-        "memory_plan": vae.planned(tuple(z.shape)).as_dict(),
+        "memory_plan": vae.planned(tuple(z.shape), kind=program).as_dict(),
         "dtype": vae.options.dtype,
         "mesh": dict(vae.mesh.shape),
         "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",

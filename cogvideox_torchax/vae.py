@@ -461,14 +461,15 @@ class TorchaxVAE:
                 break  # smaller tiles stopped saving memory: blending and per-tile work dominate
             previous = need if tiling is not None else None
         raise budget.MemoryBudgetError(
-            f"no plan for the {kind} of {shape} fits {budget.human(usable)} per device ({source} "
+            f"no plan for the {'decode' if kind == 'frames' else kind} of {shape} fits {budget.human(usable)} "
+            f"per device ({source} "
             f"{budget.human(limit)} less {budget.SAFETY_MARGIN:.0%} margin): {'; '.join(tried)}; "
             "give more memory (max_memory / --max-memory) or a mesh with more devices on tp"
         )
 
-    def compile_decode(self, shape: tuple[int, ...]) -> jax.stages.Compiled:
-        """The compiled decode for a latent shape, compiling it on first use."""
-        return self._compile("decode", shape)
+    def compile_decode(self, shape: tuple[int, ...], *, frames: bool = False) -> jax.stages.Compiled:
+        """The compiled decode for a latent shape (of `decode_frames_jax` with ``frames``), compiled on first use."""
+        return self._compile("frames" if frames else "decode", shape)
 
     @property
     def compiler_options(self) -> dict[str, str] | None:
