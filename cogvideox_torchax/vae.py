@@ -16,12 +16,9 @@ from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from jax.sharding import Mesh
 
 from cogvideox_torchax import budget, patches, sharding
-from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.config import RuntimeOptions
-from cogvideox_torchax.plan import RunPlan, Target, apply_plan, build_plan, canonical_platform, mesh_platform
-
-torchax = import_torchax()
-from torchax import interop  # noqa: E402
+from cogvideox_torchax.plan import RunPlan, Target, build_plan, canonical_platform, mesh_platform
+from cogvideox_torchax.program import Program, tiling_switches
 
 # torchax computes some index arithmetic in int64; with x64 off JAX narrows it
 # to int32 (harmless at these sizes) and warns on every trace.
@@ -93,56 +90,6 @@ class UnsupportedAttributeError(AttributeError, NotImplementedError):
     """
 
 
-# Upstream's module attributes that say how to tile and slice; read while tracing.
-def _tiling_switches(module: AutoencoderKLCogVideoX) -> dict[str, Any]:
-    return {k: v for k, v in vars(module).items() if k.startswith(("use_tiling", "use_slicing", "tile_"))}
-
-
-class _Program:
-    """One target's patched module and its jitted encode and decode, compiled once per input shape."""
-
-    # The upstream method each program kind calls, and its extra arguments.
-    _METHODS = {
-        "decode": ("decode", {"return_dict": False}),
-        "frames": ("decode", {"return_dict": False}),
-        "encode": ("_encode", {}),
-    }
-
-    def __init__(self, module: AutoencoderKLCogVideoX, plan: RunPlan, mesh: Mesh):
-        apply_plan(module, plan, mesh)
-        self.module = module
-        self.plan = plan
-        self._jittable = interop.JittableModule(module)
-        self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
-        self.executables: dict[tuple[str, tuple[int, ...]], jax.stages.Compiled] = {}
-
-    def _traced(self, kind: str):
-        method, kwargs = self._METHODS[kind]
-
-        def run(weights: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-            env = patches.traced_environment(self.plan.applies("nearest_upsample"))
-            with env, torch.no_grad():
-                weights_t, x_t = env.j2t_iso((weights, x))
-                out = self._jittable.functional_call(method, weights_t, {}, x_t, **kwargs)
-            out = env.t2j_iso(out[0] if isinstance(out, tuple) else out)
-            return to_frames(out) if kind == "frames" else out
-
-        return run
-
-
-def to_frames(video: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Decoder output ``(B, 3, F, H, W)`` -> uint8 frames ``(B, F, H, W, 3)`` and whether all of it was finite.
-
-    The mapping of diffusers' video processor, in fp32 as
-    `cogvideox_torchax.video.to_uint8` does it on the host:
-    ``round(clip(x / 2 + 0.5, 0, 1) * 255)``, halves to even.
-    """
-    x = video.astype(jax.numpy.float32)
-    finite = jax.numpy.isfinite(x).all()
-    frames = jax.numpy.round(jax.numpy.clip(x * 0.5 + 0.5, 0.0, 1.0) * 255).astype(jax.numpy.uint8)
-    return frames.transpose(0, 2, 3, 4, 1), finite
-
-
 class TorchaxVAE:
     """Upstream `AutoencoderKLCogVideoX`, patched, run by torchax under `jax.jit`.
 
@@ -184,7 +131,7 @@ class TorchaxVAE:
         # ``module`` itself.
         self._pristine = copy.deepcopy(module)
         # Programs by (platform, tiling): tiling None is the module's own switches.
-        self._programs = {(self._platform, None): _Program(module, self._plan_for(self._platform), mesh)}
+        self._programs = {(self._platform, None): Program(module, self._plan_for(self._platform), mesh)}
         self._memory_plans: dict[tuple[str, tuple[int, ...]], budget.MemoryPlan] = {}
         # Where results go for inputs that are not torch tensors; `to` moves it.
         self._device = torch.device("cpu")
@@ -200,15 +147,15 @@ class TorchaxVAE:
     def _plan_for(self, platform: str) -> RunPlan:
         return build_plan(self._options, Target.of(self._mesh, self._options.dtype, platform))
 
-    def _program(self, platform: str | None = None, tiling: dict[str, Any] | None = None) -> _Program:
+    def _program(self, platform: str | None = None, tiling: dict[str, Any] | None = None) -> Program:
         platform = self._platform if platform is None else canonical_platform(platform)
         key = (platform, None if tiling is None else tuple(sorted(tiling.items())))
         if key not in self._programs:
             module = copy.deepcopy(self._pristine)
-            vars(module).update(_tiling_switches(self.module))
+            vars(module).update(tiling_switches(self.module))
             if tiling is not None:
                 module.enable_tiling(**tiling)
-            self._programs[key] = _Program(module, self._plan_for(platform), self._mesh)
+            self._programs[key] = Program(module, self._plan_for(platform), self._mesh)
         return self._programs[key]
 
     @property
@@ -682,7 +629,7 @@ class TorchaxVAE:
         # keys its trace cache on argument shapes only: start fresh programs
         # (the mesh's own keeps its patched module and its tiling switches).
         own = self._programs[(self._platform, None)]
-        self._programs = {(self._platform, None): _Program(own.module, own.plan, self._mesh)}
+        self._programs = {(self._platform, None): Program(own.module, own.plan, self._mesh)}
         self._memory_plans.clear()
 
     def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:

@@ -1,0 +1,71 @@
+"""One target's program: the patched upstream module and its jitted decode, frames and encode.
+
+`TorchaxVAE` keeps one `Program` per target platform and tiling; each
+compiles once per input shape (`executables`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import torch
+from diffusers import AutoencoderKLCogVideoX
+from jax.sharding import Mesh
+
+from cogvideox_torchax import patches
+from cogvideox_torchax._torch_compat import import_torchax
+from cogvideox_torchax.plan import RunPlan, apply_plan
+
+torchax = import_torchax()
+from torchax import interop  # noqa: E402
+
+
+# Upstream's module attributes that say how to tile and slice; read while tracing.
+def tiling_switches(module: AutoencoderKLCogVideoX) -> dict[str, Any]:
+    return {k: v for k, v in vars(module).items() if k.startswith(("use_tiling", "use_slicing", "tile_"))}
+
+
+class Program:
+    """One target's patched module and its jitted encode and decode, compiled once per input shape."""
+
+    # The upstream method each program kind calls, and its extra arguments.
+    _METHODS = {
+        "decode": ("decode", {"return_dict": False}),
+        "frames": ("decode", {"return_dict": False}),
+        "encode": ("_encode", {}),
+    }
+
+    def __init__(self, module: AutoencoderKLCogVideoX, plan: RunPlan, mesh: Mesh):
+        apply_plan(module, plan, mesh)
+        self.module = module
+        self.plan = plan
+        self._jittable = interop.JittableModule(module)
+        self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
+        self.executables: dict[tuple[str, tuple[int, ...]], jax.stages.Compiled] = {}
+
+    def _traced(self, kind: str):
+        method, kwargs = self._METHODS[kind]
+
+        def run(weights: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+            env = patches.traced_environment(self.plan.applies("nearest_upsample"))
+            with env, torch.no_grad():
+                weights_t, x_t = env.j2t_iso((weights, x))
+                out = self._jittable.functional_call(method, weights_t, {}, x_t, **kwargs)
+            out = env.t2j_iso(out[0] if isinstance(out, tuple) else out)
+            return to_frames(out) if kind == "frames" else out
+
+        return run
+
+
+def to_frames(video: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Decoder output ``(B, 3, F, H, W)`` -> uint8 frames ``(B, F, H, W, 3)`` and whether all of it was finite.
+
+    The mapping of diffusers' video processor, in fp32 as
+    `cogvideox_torchax.video.to_uint8` does it on the host:
+    ``round(clip(x / 2 + 0.5, 0, 1) * 255)``, halves to even.
+    """
+    x = video.astype(jax.numpy.float32)
+    finite = jax.numpy.isfinite(x).all()
+    frames = jax.numpy.round(jax.numpy.clip(x * 0.5 + 0.5, 0.0, 1.0) * 255).astype(jax.numpy.uint8)
+    return frames.transpose(0, 2, 3, 4, 1), finite
