@@ -272,7 +272,7 @@ def test_unusable_compile_cache_option_is_bad_input(tmp_path, capsys, good, no_d
 
 
 def test_out_of_memory_is_exit_3_naming_the_shape(tmp_path, capsys, good, monkeypatch):
-    def exhausted(self, shape):
+    def exhausted(self, shape, **kwargs):
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 96.00GiB.")
 
     monkeypatch.setattr(ct.TorchaxVAE, "compile_decode", exhausted)
