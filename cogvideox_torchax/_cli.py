@@ -234,6 +234,23 @@ def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[in
     return stage, cache_events
 
 
+def plan_stage(vae, shape: tuple[int, ...], kind: str, args: argparse.Namespace, load: Stage) -> dict[str, Any]:
+    """``--dry-run``'s "plan" stage: the memory plan of ``shape`` (compiled, not run) and its summary fields."""
+    with out_of_memory_as_exit_3(f"planning the {kind} of", shape):
+        with Stage("plan", 1, "shape", args.quiet) as stage:
+            plan = vae.memory_plan(tuple(shape), kind=kind)
+            stage.tick()
+    return {
+        "dry_run": True,
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "plan": vae.plan.as_dict(),
+        "memory_plan": plan.as_dict(),
+        "load_s": round(load.seconds, 3),
+        "plan_s": round(stage.seconds, 3),
+    }
+
+
 def _is_out_of_memory(e: BaseException) -> bool:
     if isinstance(e, MemoryError):
         return True

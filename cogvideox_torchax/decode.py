@@ -101,21 +101,7 @@ def _dry_run(args: argparse.Namespace, z, show_memory: bool) -> dict[str, Any]:
         z, vae.config.latent_channels, vae.config.scaling_factor, layout=args.layout, unscale=args.unscale
     )
     vae.check_latents(z.shape)
-    with _cli.out_of_memory_as_exit_3("planning the decode of latents", z.shape):
-        with Stage("plan", 1, "shape", args.quiet) as stage:
-            plan = vae.memory_plan(tuple(z.shape))
-            stage.tick()
-    return {
-        "dry_run": True,
-        "latents_shape": list(z.shape),
-        "layout": layout,
-        "dtype": vae.options.dtype,
-        "mesh": dict(vae.mesh.shape),
-        "plan": vae.plan.as_dict(),
-        "memory_plan": plan.as_dict(),
-        "load_s": round(load.seconds, 3),
-        "plan_s": round(stage.seconds, 3),
-    }
+    return {**_cli.plan_stage(vae, z.shape, "decode", args, load), "latents_shape": list(z.shape), "layout": layout}
 
 
 def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -> dict[str, Any]:

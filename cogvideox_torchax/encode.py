@@ -99,20 +99,7 @@ def _dry_run(args: argparse.Namespace, size: tuple[int, int] | None) -> dict[str
     _cli.compile_cache_from_args(args)
     vae, load = _cli.load_stage(args, args.memory_report or memory.enabled_by_env())
     vae.check_video(x.shape)
-    with _cli.out_of_memory_as_exit_3("planning the encode of video", x.shape):
-        with Stage("plan", 1, "shape", args.quiet) as stage:
-            plan = vae.memory_plan(tuple(x.shape), kind="encode")
-            stage.tick()
-    return {
-        "dry_run": True,
-        "video_shape": list(x.shape),
-        "dtype": vae.options.dtype,
-        "mesh": dict(vae.mesh.shape),
-        "plan": vae.plan.as_dict(),
-        "memory_plan": plan.as_dict(),
-        "load_s": round(load.seconds, 3),
-        "plan_s": round(stage.seconds, 3),
-    }
+    return {**_cli.plan_stage(vae, x.shape, "encode", args, load), "video_shape": list(x.shape)}
 
 
 def _encode(args: argparse.Namespace, size: tuple[int, int] | None, tmp: Path) -> dict[str, Any]:

@@ -44,3 +44,20 @@ def test_bad_max_memory_is_refused_before_loading(tmp_path, capsys):
     video = tmp_path / "v.safetensors"
     argv = [str(z), "--model", "random:tiny", "-o", str(video), "--max-memory=-3GB"]
     assert_bad_input(encode.main, tmp_path, capsys, argv, "--max-memory")
+
+
+def test_encode_dry_run_plans_the_encode(tmp_path, capsys):
+    import numpy as np
+    from PIL import Image
+
+    folder = tmp_path / "clip"
+    folder.mkdir()
+    for i in range(9):
+        Image.fromarray(np.full((16, 16, 3), 20 * i, np.uint8)).save(folder / f"{i:03d}.png")
+    before = sorted(tmp_path.rglob("*"))
+    out = tmp_path / "z.safetensors"
+    assert encode.main([str(folder), "--model", "random:tiny", "-o", str(out), "--dry-run", "--json", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["dry_run"] and summary["video_shape"] == [1, 3, 9, 16, 16]
+    assert summary["memory_plan"]["name"] == "whole" and summary["memory_plan"]["bytes"] > 0
+    assert sorted(tmp_path.rglob("*")) == before
