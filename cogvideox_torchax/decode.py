@@ -142,7 +142,7 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
             memory.report("decode")
         if on_device_frames:
             host = np.asarray(decoded)
-            if not bool(finite):
+            if not bool(np.asarray(finite).all()):
                 raise UsageError(_cli.nonfinite_cause(vae, "decode", float(np.abs(z).max())))
         else:
             host = np.asarray(decoded.astype(jax.numpy.float32))

@@ -59,13 +59,13 @@ class Program:
 
 
 def to_frames(video: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Decoder output ``(B, 3, F, H, W)`` -> uint8 frames ``(B, F, H, W, 3)`` and whether all of it was finite.
+    """Decoder output ``(B, 3, F, H, W)`` -> uint8 frames ``(B, F, H, W, 3)`` and, per video, whether it was finite.
 
     The mapping of diffusers' video processor, in fp32 as
     `cogvideox_torchax.video.to_uint8` does it on the host:
     ``round(clip(x / 2 + 0.5, 0, 1) * 255)``, halves to even.
     """
     x = video.astype(jax.numpy.float32)
-    finite = jax.numpy.isfinite(x).all()
+    finite = jax.numpy.isfinite(x).all(axis=(1, 2, 3, 4))
     frames = jax.numpy.round(jax.numpy.clip(x * 0.5 + 0.5, 0.0, 1.0) * 255).astype(jax.numpy.uint8)
     return frames.transpose(0, 2, 3, 4, 1), finite

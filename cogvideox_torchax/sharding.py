@@ -53,13 +53,17 @@ def make_mesh(
     """Builds the ``("dp", "tp")`` mesh the decode runs on.
 
     Args:
-        mesh: None for every device on ``tp`` (``dp=1``); ``"dp=2,tp=4"``;
+        mesh: None for every device on ``tp`` (``dp=1``), or under
+            `jax.distributed` one ``dp`` row per process with its devices on
+            ``tp``; ``"dp=2,tp=4"``;
             a ``(dp, tp)`` pair; or a ready `jax.sharding.Mesh` whose axis
             names are ``("dp", "tp")``.
         devices: devices to use; default ``jax.devices()``.
 
     Returns:
-        The mesh; with fewer cells than devices, the first ``dp * tp`` devices.
+        The mesh, devices in process order then id (``tp`` inner); with fewer
+        cells than devices, the first ``dp * tp`` (one process only: under
+        `jax.distributed` every device takes part).
 
     Raises:
         ValueError: the mesh does not fit the devices, or has other axes.
@@ -70,9 +74,14 @@ def make_mesh(
         # `jax.make_mesh` makes Explicit axes by default, which reject the
         # sharding constraints the decode places; same devices, Auto axes.
         return Mesh(mesh.devices, AXES)
-    devices = list(jax.devices() if devices is None else devices)
+    # Process by process, so that tp (the inner axis) stays inside a host
+    # when it divides a host's device count: its halo exchanges are the
+    # chatty ones, dp's only split the batch.
+    devices = sorted(jax.devices() if devices is None else devices, key=lambda d: (d.process_index, d.id))
+    processes = len({d.process_index for d in devices})
     if mesh is None:
-        dp, tp = 1, len(devices)
+        # One process: every device on tp. Several: dp across processes.
+        dp, tp = (1, len(devices)) if processes == 1 else (processes, len(devices) // processes)
     elif isinstance(mesh, str):
         dp, tp = parse_mesh_spec(mesh)
     elif isinstance(mesh, tuple) and len(mesh) == 2 and all(isinstance(v, int) and v >= 1 for v in mesh):
@@ -83,6 +92,11 @@ def make_mesh(
         kind = devices[0].platform if devices else "no"
         raise ValueError(
             f"mesh dp={dp},tp={tp} needs {dp * tp} devices but only {len(devices)} {kind} device(s) are available"
+        )
+    if processes > 1 and dp * tp != len(devices):
+        raise ValueError(
+            f"under jax.distributed the mesh must use every device: dp={dp},tp={tp} is {dp * tp} of "
+            f"{len(devices)} devices over {processes} processes"
         )
     return Mesh(np.array(devices[: dp * tp]).reshape(dp, tp), AXES)
 
@@ -120,3 +134,15 @@ def input_sharding(shape: Sequence[int], mesh: Mesh) -> NamedSharding:
 def replicated(mesh: Mesh) -> NamedSharding:
     """Every device holds the whole array (the weights)."""
     return NamedSharding(mesh, PartitionSpec())
+
+
+def place(x: np.ndarray | jax.Array, where: NamedSharding) -> jax.Array:
+    """Puts a host array (the same on every process) onto ``where``, which may span processes.
+
+    Each process places only its own devices' shards, cut from its copy;
+    with one process, or for an array already on devices, this is
+    `jax.device_put`.
+    """
+    if where.is_fully_addressable or isinstance(x, jax.Array):
+        return jax.device_put(x, where)
+    return jax.make_array_from_callback(x.shape, where, lambda index: x[index])

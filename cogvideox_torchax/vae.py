@@ -15,7 +15,7 @@ from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDis
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from jax.sharding import Mesh
 
-from cogvideox_torchax import budget, patches, sharding
+from cogvideox_torchax import budget, distributed, patches, sharding
 from cogvideox_torchax.config import RuntimeOptions
 from cogvideox_torchax.plan import RunPlan, Target, build_plan, canonical_platform, mesh_platform
 from cogvideox_torchax.program import Program, tiling_switches
@@ -26,7 +26,7 @@ _INT64_WARNING = "Explicitly requested dtype int64"
 
 
 def _to_host_torch(x: jax.Array) -> torch.Tensor:
-    arr = np.array(x)  # gathers every shard; a writable copy
+    arr = np.array(distributed.to_host(x))  # every shard, from every process; a writable copy
     if arr.dtype == np.dtype(jax.numpy.bfloat16):
         return torch.from_numpy(arr.view(np.uint16)).view(torch.bfloat16)
     return torch.from_numpy(arr)
@@ -139,7 +139,7 @@ class TorchaxVAE:
         np_dtype = np.dtype(options.jax_dtype)
         weights_sharding = sharding.replicated(mesh)
         self._weights = {
-            name: jax.device_put(_to_numpy(t, np_dtype), weights_sharding) for name, t in state_dict.items()
+            name: sharding.place(_to_numpy(t, np_dtype), weights_sharding) for name, t in state_dict.items()
         }
 
     # -- programs -----------------------------------------------------------
@@ -228,7 +228,7 @@ class TorchaxVAE:
 
     def _device_input(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         arr = _to_numpy(x, np.dtype(self._options.jax_dtype))
-        return jax.device_put(arr, sharding.input_sharding(arr.shape, self._mesh))
+        return sharding.place(arr, sharding.input_sharding(arr.shape, self._mesh))
 
     def _device_latents(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         self.check_latents(tuple(z.shape))
@@ -271,16 +271,16 @@ class TorchaxVAE:
         half (bf16) of the decoder's output.
 
         Returns:
-            ``(frames, finite)``: uint8 ``(B, F, 8H, 8W, 3)``, and a scalar
-            bool, False when the decoder's output held NaN or Inf (the
-            frames are then garbage).
+            ``(frames, finite)``: uint8 ``(B, F, 8H, 8W, 3)``, and bool
+            ``(B,)``, False for a video whose decoder output held NaN or
+            Inf (its frames are then garbage).
         """
         self.check_latents(tuple(z.shape))
         if not self.use_slicing or z.shape[0] == 1:
             return self._compile("frames", tuple(z.shape))(self._weights, self._device_input(z))
         parts = [self.decode_frames_jax(z[i : i + 1]) for i in range(z.shape[0])]
         frames = jax.numpy.concatenate([f for f, _ in parts], axis=0)
-        return frames, jax.numpy.stack([ok for _, ok in parts]).all()
+        return frames, jax.numpy.concatenate([ok for _, ok in parts])
 
     def decode(
         self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True

@@ -1,0 +1,121 @@
+"""Two local processes x 4 simulated CPU devices as one `jax.distributed` cluster (gloo collectives).
+
+Each check starts its processes with a coordinator on 127.0.0.1 and a free
+port, waits at most a minute for them, and kills what is left. Results are
+compared with this process's one-device decode (1e-5) and with upstream
+eager torch (1e-5, fp32).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import cogvideox_torchax as ct
+from cogvideox_torchax import distributed
+from tests.conftest import upstream_decode
+from tests.parity import assert_close
+from tests.two_process import latents
+
+ROOT = Path(__file__).resolve().parents[1]
+TOLERANCE = 1e-5  # fp32: the same program on other meshes, and upstream eager
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env.pop("COGVIDEOX_TORCHAX_MEMORY_REPORT", None)
+    return env
+
+
+def run_processes(argvs: list[list[str]], cwd: Path, timeout: float = 90) -> list[subprocess.CompletedProcess]:
+    """Runs one process per argv at once; kills them all if any is still running after ``timeout`` s."""
+    procs = [
+        subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for argv in argvs
+    ]
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for argv, p in zip(argvs, procs, strict=True):
+            out, err = p.communicate(timeout=max(deadline - time.monotonic(), 1))
+            results.append(subprocess.CompletedProcess(argv, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+def _reference(upstream, z: np.ndarray) -> tuple[np.ndarray, torch.Tensor]:
+    ours = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1").decode(z).sample
+    return ours.numpy(), upstream_decode(upstream, torch.from_numpy(z))
+
+
+def test_two_processes_decode_as_one_process(tmp_path, tiny_upstream):
+    coordinator = f"127.0.0.1:{_free_port()}"
+    runs = run_processes(
+        [[sys.executable, "-m", "tests.two_process", coordinator, "2", str(i), str(tmp_path)] for i in range(2)],
+        cwd=ROOT,
+    )
+    for i, r in enumerate(runs):
+        assert r.returncode == 0, f"process {i} exited {r.returncode}: {r.stderr[-3000:]}"
+        assert f"process {i}: (4, 3, 9, 32, 48) (1, 3, 9, 32, 48) on 8 devices" in r.stdout
+    for name, z in (("batch", latents(4, seed=1)), ("wide", latents(1, seed=2))):
+        ours, upstream = _reference(tiny_upstream, z)
+        got = np.load(tmp_path / f"{name}.npy")
+        assert_close(got, ours, atol=TOLERANCE, label=f"{name}: 2 processes vs 1 device")
+        assert_close(got, upstream, atol=TOLERANCE, label=f"{name}: 2 processes vs upstream", check_dtype=False)
+
+
+def test_a_missing_process_ends_with_one_line_not_a_hang(tmp_path):
+    # Process 1 never starts: process 0 gives up after its timeout.
+    start = time.monotonic()
+    (run,) = run_processes(
+        [[sys.executable, "-c", _JOIN_ALONE, f"127.0.0.1:{_free_port()}"]], cwd=ROOT, timeout=60
+    )
+    assert run.returncode == distributed.EXIT_TIMEOUT, run.stderr[-2000:]
+    assert "did not start within 3 s" in run.stderr and "process 0 of 2" in run.stderr
+    assert "Check failure" not in run.stderr  # our line, not JAX's abort
+    assert time.monotonic() - start < 45
+
+
+_JOIN_ALONE = """
+import sys
+from cogvideox_torchax import distributed
+distributed.initialize_distributed(sys.argv[1], 2, 0, timeout_s=3)
+"""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("127.0.0.1:1234", 2, None), "all of the coordinator"),
+        (("127.0.0.1", 2, 0), "HOST:PORT"),
+        (("127.0.0.1:1234", 2, 2), "0..1"),
+    ],
+)
+def test_incomplete_cluster_arguments_are_refused(args, message):
+    with pytest.raises(distributed.DistributedError, match=message):
+        distributed.initialize_distributed(*args)
+
+
+def test_one_process_helpers_pass_through():
+    assert distributed.share_json({"a": [1]}) == {"a": [1]}
+    assert distributed.share_array(np.arange(3)).tolist() == [0, 1, 2]
+    assert distributed.gather_codes(2) == [2]
+
