@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -21,17 +22,24 @@ from typing import Any
 
 RANDOM_PREFIX = "random:"
 
-EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY, EXIT_SOME_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_CODES = """exit codes:
-  0    success: every output was written
-  1    an error of this tool or the system (e.g. a disk filling up while writing); nothing written
+  0    success: every output was written (or, with --skip-existing, was there already)
+  1    an error of this tool or the system (e.g. a disk filling up while writing, a jax.distributed
+       cluster that did not start within --distributed-timeout); nothing written
   2    bad input or a refused output (unreadable or out-of-range latents/video, broken model
        folder or config, an output that exists or may not be replaced, an unwritable folder,
        a decode that would produce NaN/Inf); nothing written, checked before decoding
        wherever it can be
   3    out of memory: no plan fits --max-memory (checked from compiled programs before running),
        or the device ran out while compiling or running (the message names the shape); nothing written
-  130  interrupted (Ctrl-C); nothing written
+  4    decoding many latents (--output-dir): some inputs failed, each named on stderr; the outputs
+       of all the others were written
+  130  interrupted (Ctrl-C); nothing written (with --output-dir: the outputs already complete stay)
+
+Under jax.distributed every process exits with the same code; only process 0 reads inputs, writes
+outputs and prints the summary. A process that dies ends the others within the heartbeat timeout
+(JAX's coordination service; exit code 134).
 
 --overwrite replaces an existing file, or a folder holding nothing but frame_*.png files;
 anything else is refused with exit code 2. Outputs appear only when all are complete."""
@@ -43,6 +51,100 @@ class UsageError(Exception):
 
 class OutOfMemory(Exception):
     """The compile or the run needs more memory than there is; reported as one line with exit code 3."""
+
+
+class PeerFailed(Exception):
+    """Another process of a jax.distributed run failed a step; this one leaves with the same exit code."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
+
+
+def add_distributed_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that run a command as one process of a jax.distributed cluster."""
+    g = p.add_argument_group(
+        "several processes (jax.distributed; run the same command in every process)",
+        "The mesh then spans every process's devices (default: dp across processes, tp inside one).",
+    )
+    g.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join the cluster JAX detects (TPU pod slice, SLURM, Open MPI)",
+    )
+    g.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, the same for every process")
+    g.add_argument("--num-processes", type=int, metavar="N", help="how many processes take part")
+    g.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 .. N-1")
+    g.add_argument(
+        "--distributed-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds to wait for every process to join (default 300), then exit 1 with one line",
+    )
+
+
+def start_distributed(args: argparse.Namespace) -> None:
+    """Joins the cluster the options name, if any; non-primary processes go quiet (no bars, no summary)."""
+    explicit = [args.coordinator, args.num_processes, args.process_id]
+    if not args.distributed and all(v is None for v in explicit):
+        return
+    from cogvideox_torchax import distributed
+
+    try:
+        if args.distributed and all(v is None for v in explicit):
+            distributed.initialize_distributed(timeout_s=args.distributed_timeout)
+        else:
+            distributed.initialize_distributed(*explicit, timeout_s=args.distributed_timeout)
+    except distributed.DistributedError as e:
+        raise UsageError(str(e)) from e
+    if not distributed.is_primary():
+        args.quiet, args.json = True, False
+
+
+def _process_count() -> int:
+    # Asks JAX only when jax.distributed has been started (importing JAX is
+    # slow, and a one-process run need not).
+    if "jax" not in sys.modules:
+        return 1
+    from cogvideox_torchax import distributed
+
+    return distributed.process_count() if distributed.is_initialized() else 1
+
+
+def is_primary() -> bool:
+    """Whether this process reads, writes and prints (always, unless a non-zero jax.distributed process)."""
+    if _process_count() == 1:
+        return True
+    from cogvideox_torchax import distributed
+
+    return distributed.is_primary()
+
+
+@contextlib.contextmanager
+def together(what: str) -> Iterator[None]:
+    """A step after which every process of a jax.distributed run goes on, or every one fails with one code.
+
+    Inside, code may fail on one process only (process 0's reading, a host's
+    model load); each process then reports its exit code to the others, and
+    those that did not fail raise `PeerFailed` with the first failing
+    process's code. With one process it does nothing.
+    """
+    if _process_count() == 1:
+        yield
+        return
+    from cogvideox_torchax import distributed
+
+    try:
+        yield
+    except BaseException as e:
+        distributed.gather_codes(exit_code(e))
+        raise
+    codes = distributed.gather_codes(EXIT_OK)
+    failed = [(i, c) for i, c in enumerate(codes) if c != EXIT_OK]
+    if failed:
+        i, code = failed[0]
+        raise PeerFailed(code, f"process {i} of the jax.distributed run failed {what} (exit {code}); see its log")
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -196,6 +298,10 @@ class Stage:
     def tick(self, n: int = 1) -> None:
         self._bar.update(n)
 
+    def write(self, text: str) -> None:
+        """One line on stderr above the bar (shown even when quiet: it reports a failure)."""
+        self._bar.write(text, file=sys.stderr)
+
     def __enter__(self) -> Stage:
         return self
 
@@ -337,7 +443,13 @@ def command(
             args = parser().parse_args(argv)
         except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
             return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
-        return main(args, run, print_summary)
+        try:
+            start_distributed(args)
+        except UsageError as e:
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        with _stdout_kept_for_results() if _process_count() > 1 else contextlib.nullcontext():
+            return main(args, run, print_summary)
     except KeyboardInterrupt:
         print("error: interrupted; nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -345,6 +457,37 @@ def command(
         sys.unraisablehook = previous_unraisable
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+def exit_code(e: BaseException) -> int:
+    """The exit code (`EXIT_CODES`) an exception ends a command with."""
+    from cogvideox_torchax.budget import MemoryBudgetError
+
+    if isinstance(e, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(e, PeerFailed):
+        return e.code
+    if isinstance(e, (OutOfMemory, MemoryBudgetError)):
+        return EXIT_OUT_OF_MEMORY
+    return EXIT_BAD_INPUT if isinstance(e, (UsageError, ValueError)) else EXIT_ERROR
+
+
+@contextlib.contextmanager
+def _stdout_kept_for_results() -> Iterator[None]:
+    # gloo writes its connection notes to the process's stdout (fd 1), which
+    # would break --json: fd 1 goes to stderr, Python's stdout to the old fd 1.
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.dup2(2, 1)
+    previous = sys.stdout
+    sys.stdout = open(kept, "w", buffering=1, closefd=True)  # noqa: SIM115 - closed below
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(kept, 1)
+        sys.stdout.close()
+        sys.stdout = previous
 
 
 def main(
@@ -359,16 +502,14 @@ def main(
         print("error: interrupted; nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # one line for the user; the traceback with --debug
-        if args.debug:
+        if args.debug and not isinstance(e, PeerFailed):
             raise
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        from cogvideox_torchax.budget import MemoryBudgetError  # loaded by now if it was raised
-
-        if isinstance(e, (OutOfMemory, MemoryBudgetError)):
-            return EXIT_OUT_OF_MEMORY
-        return EXIT_BAD_INPUT if isinstance(e, (UsageError, ValueError)) else EXIT_ERROR
+        # A peer's failure is news on process 0 only; the peer said it itself.
+        if not isinstance(e, PeerFailed) or is_primary():
+            print(f"error: {one_line(e)}", file=sys.stderr)
+        return exit_code(e)
     if args.json:
         print(json.dumps(summary))
     elif not args.quiet:
         print_summary(summary)
-    return EXIT_OK
+    return int(summary.get("exit_code", EXIT_OK))

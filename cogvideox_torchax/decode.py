@@ -9,17 +9,32 @@ suffix), or raw float frames (``.npy`` / ``.safetensors``); one output per
 video of the batch, all written under temporary names and moved in together
 at the end. Bad input is one line on stderr, exit code 2, and no output
 file; the exit codes are listed in ``--help``.
+
+Many latents in one run: ``decode a.safetensors b.safetensors ... --output-dir
+out/`` (folders and glob patterns too) loads the model once, compiles once
+per latent shape, decodes equal shapes ``--batch-size`` at a time, and
+writes ``out/a.mp4``, ... (each atomically) as they complete; a bad input is
+reported and skipped, and ``--skip-existing`` resumes an interrupted run.
+Under jax.distributed (``--coordinator``/``--distributed``) every process
+runs the same command; process 0 reads, writes and reports.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from cogvideox_torchax import _cli
-from cogvideox_torchax._cli import Stage, UsageError, add_model_arguments, add_run_arguments
+from cogvideox_torchax._cli import (
+    Stage,
+    UsageError,
+    add_distributed_arguments,
+    add_model_arguments,
+    add_run_arguments,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +44,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_cli.EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("latents", help="safetensors file holding the latents")
+    p.add_argument(
+        "latents",
+        nargs="+",
+        help="safetensors file holding the latents; with --output-dir, any number of files, folders "
+        "(their *.safetensors) and glob patterns",
+    )
     p.add_argument("--key", help="tensor to decode when the file holds several")
     p.add_argument(
         "--layout",
@@ -44,11 +64,34 @@ def _parser() -> argparse.ArgumentParser:
         help="latents are already divided by config.scaling_factor (default: divide, as the pipeline does)",
     )
     add_model_arguments(p)
-    p.add_argument(
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument(
         "--output",
         "-o",
-        required=True,
         help="out.mp4, out.npy, out.safetensors, or a folder name for PNG frames; batch > 1 writes out_0.mp4, ...",
+    )
+    out.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help="decode every input into DIR, one output per video named after its file (a.safetensors -> a.mp4; "
+        "a file of B > 1 videos -> a_0.mp4, ...); DIR is made if missing",
+    )
+    p.add_argument(
+        "--format",
+        default="mp4",
+        choices=("mp4", "png", "npy", "safetensors"),
+        help="with --output-dir: what to write (default mp4; png writes a folder of frames per video)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="with --output-dir: videos of one latent shape decoded together (default: the mesh's dp)",
+    )
+    p.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="with --output-dir: leave outputs that exist alone and decode the rest (resumes a run)",
     )
     p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate (default 8, as CogVideoX-2b)")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
@@ -58,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         help="replace existing outputs: files, or folders holding only frame_*.png (never anything else)",
     )
     add_run_arguments(p)
+    add_distributed_arguments(p)
     return p
 
 
@@ -68,35 +112,60 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--fps must be positive, got {args.fps}")
     if not 0 <= args.crf <= 51:
         raise UsageError(f"--crf must be between 0 and 51, got {args.crf}")
+    if args.output_dir is None:
+        if len(args.latents) > 1:
+            raise UsageError(f"{len(args.latents)} latents inputs need --output-dir (--output names one video)")
+        for flag, value in (("--batch-size", args.batch_size), ("--skip-existing", args.skip_existing or None)):
+            if value is not None:
+                raise UsageError(f"{flag} goes with --output-dir")
+    else:
+        if args.batch_size is not None and args.batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
+        if args.skip_existing and args.overwrite:
+            raise UsageError("--skip-existing and --overwrite contradict each other; pick one")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Decodes as the parsed arguments say and returns the summary."""
-    from cogvideox_torchax import latents, memory, video
-
     _check_args(args)
+    if args.output_dir is not None:
+        from cogvideox_torchax import decode_many
+
+        return decode_many.run(args)
+    return _run_one(args)
+
+
+def _run_one(args: argparse.Namespace) -> dict[str, Any]:
+    from cogvideox_torchax import distributed, latents, memory, video
+
     show_memory = args.memory_report or memory.enabled_by_env()
     kind = video.output_kind(args.output)
-    z = latents.read_latents(args.latents, args.key)
-    latents.check_shape(z.shape)
+    z = None
+    with _cli.together("reading the latents"):
+        if _cli.is_primary():
+            z = latents.read_latents(args.latents[0], args.key)
+            latents.check_shape(z.shape)
+    z = distributed.share_array(z)
     if args.dry_run:
         return _dry_run(args, z, show_memory)
     outputs = video.output_paths(Path(args.output), z.shape[0])
     # Every output path is checked, and its temporary entry made (the
-    # writability probe), before anything expensive.
-    with video.StagedOutputs(outputs, overwrite=args.overwrite) as staged:
-        summary = _decode(args, z, kind, staged, show_memory)
-        _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
-        staged.commit()
-    return summary
+    # writability probe), before anything expensive; on process 0 only.
+    staged = None
+    with _cli.together("checking the outputs"):
+        if _cli.is_primary():
+            staged = video.StagedOutputs(outputs, overwrite=args.overwrite)
+    with staged if staged is not None else contextlib.nullcontext():
+        return _decode(args, z, kind, staged, show_memory)
 
 
 def _dry_run(args: argparse.Namespace, z, show_memory: bool) -> dict[str, Any]:
     """Loads the model and plans the decode's memory (compiling, not running); writes nothing."""
     from cogvideox_torchax import latents
 
-    _cli.compile_cache_from_args(args)
-    vae, load = _cli.load_stage(args, show_memory)
+    with _cli.together("loading the model"):
+        _cli.compile_cache_from_args(args)
+        vae, load = _cli.load_stage(args, show_memory)
     z, layout = latents.prepare(
         z, vae.config.latent_channels, vae.config.scaling_factor, layout=args.layout, unscale=args.unscale
     )
@@ -110,8 +179,11 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
 
     from cogvideox_torchax import latents, memory, video
 
-    cache_dir = _cli.compile_cache_from_args(args)
-    vae, load = _cli.load_stage(args, show_memory)
+    from cogvideox_torchax import distributed
+
+    with _cli.together("loading the model"):
+        cache_dir = _cli.compile_cache_from_args(args)
+        vae, load = _cli.load_stage(args, show_memory)
     config = vae.config
     z, layout = latents.prepare(
         z, config.latent_channels, config.scaling_factor, layout=args.layout, unscale=args.unscale
@@ -123,13 +195,14 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
     # output crosses to the host); raw outputs take the decoder's floats.
     on_device_frames = kind not in ("npy", "safetensors")
     program = "frames" if on_device_frames else "decode"
-    with _cli.out_of_memory_as_exit_3("compiling the decode of latents", z.shape, vae):
-        compile_stage, cache_events = _cli.compile_stage(
-            lambda shape: vae.compile_decode(shape, frames=on_device_frames), z.shape, args, show_memory
-        )
+    with _cli.together("compiling the decode"):
+        with _cli.out_of_memory_as_exit_3("compiling the decode of latents", z.shape, vae):
+            compile_stage, cache_events = _cli.compile_stage(
+                lambda shape: vae.compile_decode(shape, frames=on_device_frames), z.shape, args, show_memory
+            )
 
     batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
-    with _cli.out_of_memory_as_exit_3("decoding latents", z.shape, vae):
+    with _cli.together("decoding"), _cli.out_of_memory_as_exit_3("decoding latents", z.shape, vae):
         with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
             # One compiled program decodes the whole batch; the bar completes
             # when it returns.
@@ -140,23 +213,29 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
             decode.tick(batch * frames_per_video)
         if show_memory:
             memory.report("decode")
+        # Every process takes part in gathering; only process 0 writes.
         if on_device_frames:
-            host = np.asarray(decoded)
-            if not bool(np.asarray(finite).all()):
+            host = distributed.to_host(decoded)
+            if not bool(distributed.to_host(finite).all()):
                 raise UsageError(_cli.nonfinite_cause(vae, "decode", float(np.abs(z).max())))
         else:
-            host = np.asarray(decoded.astype(jax.numpy.float32))
+            host = distributed.to_host(decoded.astype(jax.numpy.float32))
         del decoded
     if not on_device_frames:
         _cli.check_finite(host, vae, "decode", float(np.abs(z).max()))
 
     per_video = 1 if kind in ("npy", "safetensors") else frames_per_video
-    with Stage("write", batch * per_video, "frame" if per_video > 1 else "file", args.quiet) as write:
-        for tmp, one in zip(staged.temps, host, strict=True):
-            video.write_video_to(tmp, kind, one, fps=args.fps, crf=args.crf, tick=write.tick)
-    if show_memory:
-        memory.report("write")
-    outputs = staged.paths
+    with _cli.together("writing the outputs"):
+        with Stage("write", batch * per_video, "frame" if per_video > 1 else "file", args.quiet) as write:
+            if staged is not None:
+                for tmp, one in zip(staged.temps, host, strict=True):
+                    video.write_video_to(tmp, kind, one, fps=args.fps, crf=args.crf, tick=write.tick)
+        if show_memory:
+            memory.report("write")
+        _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
+        if staged is not None:
+            staged.commit()
+    outputs = video.output_paths(Path(args.output), batch)
 
     return {
         "outputs": [str(p) for p in outputs],
@@ -168,6 +247,7 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
         "memory_plan": vae.planned(tuple(z.shape), kind=program).as_dict(),
         "dtype": vae.options.dtype,
         "mesh": dict(vae.mesh.shape),
+        "processes": jax.process_count(),
         "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
         "plan": vae.plan.as_dict(),
         "load_s": round(load.seconds, 3),
@@ -189,6 +269,11 @@ def _frame_count(latent_frames: int) -> int:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
+    if s.get("many"):
+        from cogvideox_torchax import decode_many
+
+        decode_many.print_summary(s)
+        return
     plan = s["memory_plan"]
     if s.get("dry_run"):
         print(

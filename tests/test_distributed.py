@@ -8,6 +8,7 @@ eager torch (1e-5, fp32).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.numpy import save_file
 
 import cogvideox_torchax as ct
 from cogvideox_torchax import distributed
@@ -92,6 +94,55 @@ def test_a_missing_process_ends_with_one_line_not_a_hang(tmp_path):
     assert "did not start within 3 s" in run.stderr and "process 0 of 2" in run.stderr
     assert "Check failure" not in run.stderr  # our line, not JAX's abort
     assert time.monotonic() - start < 45
+
+
+def _decode_cli(coordinator: str, *argv: str) -> list[list[str]]:
+    base = [sys.executable, "-m", "cogvideox_torchax.decode", *argv, "--model", "random:tiny", "--no-compile-cache"]
+    return [[*base, "--coordinator", coordinator, "--num-processes", "2", "--process-id", str(i)] for i in range(2)]
+
+
+def test_two_process_cli_many_latents(tmp_path, tiny_upstream):
+    z = {f"v{i}": latents(1, seed=10 + i) for i in range(4)}
+    for name, t in z.items():
+        save_file({"latents": t}, str(tmp_path / f"{name}.safetensors"))
+    (tmp_path / "bad.safetensors").write_bytes(b"not latents")
+    runs = run_processes(
+        _decode_cli(
+            f"127.0.0.1:{_free_port()}", str(tmp_path), "--output-dir", str(tmp_path / "out"), "--format", "npy",
+            "--batch-size", "2", "--no-unscale", "--json",
+        ),
+        cwd=tmp_path,
+    )
+    # The same exit code everywhere: 4, one input failed and the others were written.
+    assert [r.returncode for r in runs] == [4, 4], runs[0].stderr[-3000:] + runs[1].stderr[-3000:]
+    summary = json.loads(runs[0].stdout)  # only JSON on stdout, gloo's notes went to stderr
+    assert runs[1].stdout == ""  # process 1 prints no summary
+    assert summary["mesh"] == {"dp": 2, "tp": 4} and summary["processes"] == 2
+    assert [Path(f["input"]).name for f in summary["failed"]] == ["bad.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"v{i}.npy" for i in range(4)]
+    for name, t in z.items():
+        ours, upstream = _reference(tiny_upstream, t)
+        got = np.load(tmp_path / "out" / f"{name}.npy")
+        assert_close(got, ours[0], atol=TOLERANCE, label=f"{name}: CLI on 2 processes vs 1 device")
+        assert_close(got, upstream[0], atol=TOLERANCE, label=f"{name}: CLI on 2 processes vs upstream", check_dtype=False)
+
+
+def test_two_process_cli_one_video_over_all_devices(tmp_path, tiny_upstream):
+    t = latents(1, seed=20)
+    save_file({"latents": t}, str(tmp_path / "z.safetensors"))
+    argv = ("z.safetensors", "-o", "video.npy", "--mesh", "dp=1,tp=8", "--no-unscale", "--json")
+    runs = run_processes(_decode_cli(f"127.0.0.1:{_free_port()}", *argv), cwd=tmp_path)
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-3000:] + runs[1].stderr[-3000:]
+    assert json.loads(runs[0].stdout)["mesh"] == {"dp": 1, "tp": 8} and runs[1].stdout == ""
+    ours, upstream = _reference(tiny_upstream, t)
+    got = np.load(tmp_path / "video.npy")
+    assert_close(got, ours[0], atol=TOLERANCE, label="width-sharded over 2 processes vs 1 device")
+    assert_close(got, upstream[0], atol=TOLERANCE, label="width-sharded over 2 processes vs upstream", check_dtype=False)
+    # Bad input seen on process 0 only (its output now exists) ends both with its code, 2.
+    before = (tmp_path / "video.npy").read_bytes()
+    runs = run_processes(_decode_cli(f"127.0.0.1:{_free_port()}", *argv), cwd=tmp_path)
+    assert [r.returncode for r in runs] == [2, 2]
+    assert "exists; pass --overwrite" in runs[0].stderr and (tmp_path / "video.npy").read_bytes() == before
 
 
 _JOIN_ALONE = """

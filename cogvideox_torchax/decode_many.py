@@ -1,0 +1,282 @@
+"""The decode command's ``--output-dir`` mode: many latents, one load, one compile per shape.
+
+Process 0 finds the inputs, reads each once to learn its shape (a file that
+cannot be decoded is reported and skipped here), and shares the work list;
+then, batch by batch, it reads the latents and shares them, every process
+decodes, and process 0 writes each video atomically as soon as it is
+decoded. A failure of one batch (out of memory, NaN) is reported for its
+files and the run goes on; the exit code is then `_cli.EXIT_SOME_FAILED`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cogvideox_torchax import _cli, batch
+from cogvideox_torchax._cli import Stage, UsageError
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Decodes every input into ``args.output_dir``; returns the summary (``exit_code`` 4 if some failed)."""
+    from cogvideox_torchax import distributed, memory
+
+    show_memory = args.memory_report or memory.enabled_by_env()
+    out_dir = Path(args.output_dir)
+    sources: list[str] = []
+    with _cli.together("finding the inputs"):
+        if _cli.is_primary():
+            sources = [str(p) for p in _find_inputs(args, out_dir)]
+    sources = distributed.share_json(sources)
+
+    with _cli.together("loading the model"):
+        cache_dir = _cli.compile_cache_from_args(args)
+        vae, load = _cli.load_stage(args, show_memory)
+    size = args.batch_size or vae.mesh.shape["dp"]
+
+    work: dict[str, Any] = {}
+    with _cli.together("reading the inputs"):
+        if _cli.is_primary():
+            work = _scan(args, vae, sources, out_dir)
+    work = distributed.share_json(work)
+    items = [batch.Item.from_dict(d) for d in work["items"]]
+    failed: list[dict[str, str]] = list(work["failed"])
+    runs = batch.batches(items, size)
+    shapes = sorted({(size, *item.shape[1:]) for item in items})
+
+    if args.dry_run:
+        return _dry_run(args, vae, load, work, shapes, size)
+
+    raw = args.format in ("npy", "safetensors")
+    written: list[str] = []
+    compile_s = 0.0
+    with Stage("decode", len(items), "video", args.quiet) as bar:
+        for run_items in runs:
+            shape = (size, *run_items[0].shape[1:])
+            z, unread = None, {}
+            if _cli.is_primary():
+                z, unread = _read_run(args, vae, run_items, shape)
+            z = distributed.share_array(z)
+            try:
+                with _cli.together(f"decoding latents of shape {shape}"):
+                    with _cli.out_of_memory_as_exit_3("decoding latents of", shape, vae):
+                        t0 = time.perf_counter()
+                        vae.compile_decode(shape, frames=not raw)
+                        compile_s += time.perf_counter() - t0
+                        host, finite = _decode(vae, z, raw)
+            except Exception as e:  # every process leaves `together` the same way: all go on
+                if isinstance(e, _cli.PeerFailed) and e.code == _cli.EXIT_INTERRUPTED:
+                    raise
+                if args.debug and not isinstance(e, _cli.PeerFailed):
+                    raise
+                failed += _failures(run_items, _cli.one_line(e), bar)
+                bar.tick(len(run_items))
+                continue
+            if _cli.is_primary():
+                for i, item in enumerate(run_items):
+                    error = unread.get(item.source)
+                    if error is None and not finite[i]:
+                        error = _cli.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max()))
+                    if error is None:
+                        error = _write(args, item, host[i])
+                    if error is None:
+                        written.append(item.output)
+                    else:
+                        failed += _failures([item], error, bar)
+                    bar.tick()
+                    _cli.check_interrupted()
+    if show_memory:
+        memory.report("decode")
+    import jax
+
+    code = _cli.EXIT_SOME_FAILED if failed else _cli.EXIT_OK
+    return {
+        "many": True,
+        "exit_code": distributed.share_json(code),
+        "output_dir": str(out_dir),
+        "format": args.format,
+        "inputs": len(sources),
+        "videos": len(items),
+        "written": written,
+        "skipped": work["skipped"],
+        "failed": failed,
+        "shapes": [list(s) for s in shapes],
+        "batch_size": size,
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "processes": jax.process_count(),
+        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+        "plan": vae.plan.as_dict(),
+        "memory_plans": _plans(vae, shapes, "decode" if raw else "frames"),
+        "load_s": round(load.seconds, 3),
+        "compile_s": round(compile_s, 3),
+        "compile_cache": "on" if cache_dir else "off",
+        "decode_s": round(bar.seconds, 3),
+        "videos_per_s": round(len(written) / bar.seconds, 3) if bar.seconds > 0 else None,
+    }
+
+
+def _plans(vae, shapes: list[tuple[int, ...]], kind: str) -> dict[str, dict[str, Any]]:
+    plans = {str(list(s)): vae.planned(s, kind=kind) for s in shapes}
+    return {k: p.as_dict() for k, p in plans.items() if p is not None}
+
+
+def _find_inputs(args: argparse.Namespace, out_dir: Path) -> list[Path]:
+    """The input files, checked for clashing output names; the output folder, checked (not made)."""
+    try:
+        sources = batch.expand_inputs(args.latents)
+        batch.check_names(sources, args.format)
+    except batch.InputsError as e:
+        raise UsageError(str(e)) from e
+    if os.path.lexists(out_dir) and not out_dir.is_dir():
+        raise UsageError(f"--output-dir {str(out_dir)!r} exists and is not a folder")
+    if not out_dir.exists() and not out_dir.parent.is_dir():
+        raise UsageError(f"--output-dir {str(out_dir)!r}: its parent folder does not exist")
+    return sources
+
+
+def _prepared(args: argparse.Namespace, vae, source: str) -> np.ndarray:
+    from cogvideox_torchax import latents
+
+    z = latents.read_latents(source, args.key)
+    latents.check_shape(z.shape)
+    config = vae.config
+    z, _ = latents.prepare(z, config.latent_channels, config.scaling_factor, layout=args.layout, unscale=args.unscale)
+    vae.check_latents(z.shape)
+    latents.check_range(z, vae.options.dtype, unscaled_by=float(config.scaling_factor) if args.unscale else None)
+    return z
+
+
+def _scan(args: argparse.Namespace, vae, sources: list[str], out_dir: Path) -> dict[str, Any]:
+    """Reads each input once: its videos as work items, or why it is skipped. Process 0 only."""
+    items, failed, skipped, existing = [], [], [], []
+    with Stage("read", len(sources), "file", args.quiet) as bar:
+        for source in sources:
+            try:
+                z = _prepared(args, vae, source)
+            except (ValueError, OSError) as e:
+                failed += _failures([source], _cli.one_line(e), bar)
+                bar.tick()
+                continue
+            for i in range(z.shape[0]):
+                output = out_dir / batch.output_name(Path(source), i, z.shape[0], args.format)
+                if os.path.lexists(output):
+                    if args.skip_existing:
+                        skipped.append(str(output))
+                        continue
+                    if not args.overwrite:
+                        existing.append(str(output))
+                items.append(batch.Item(source, i, str(output), (1, *z.shape[1:])).as_dict())
+            bar.tick()
+    if existing:
+        more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
+        raise UsageError(
+            f"output {existing[0]!r}{more} exists; pass --skip-existing to keep and skip, or --overwrite to replace"
+        )
+    return {"items": items, "failed": failed, "skipped": skipped}
+
+
+def _read_run(args: argparse.Namespace, vae, items: list[batch.Item], shape: tuple[int, ...]):
+    """The latents of one batch, zero-padded to ``shape``, and the sources that could not be read again."""
+    z = np.zeros(shape, np.float32)
+    unread: dict[str, str] = {}
+    cache: dict[str, np.ndarray] = {}
+    for i, item in enumerate(items):
+        try:
+            if item.source not in cache:
+                cache = {item.source: _prepared(args, vae, item.source)}  # files of several videos: read once
+            one = cache[item.source][item.index : item.index + 1]
+            if one.shape != item.shape:
+                raise UsageError(f"{item.source!r} changed while this command ran (now {one.shape})")
+            z[i] = one[0]
+        except (ValueError, OSError) as e:
+            unread[item.source] = _cli.one_line(e)
+    return z, unread
+
+
+def _decode(vae, z: np.ndarray, raw: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Host copies of the batch's output and its per-video finite flags (every process gathers)."""
+    import jax
+
+    from cogvideox_torchax import distributed
+
+    if raw:
+        out = jax.block_until_ready(vae.decode_jax(z)).astype(jax.numpy.float32)
+        host = distributed.to_host(out)
+        return host, np.isfinite(host).reshape(host.shape[0], -1).all(axis=1)
+    frames, finite = jax.block_until_ready(vae.decode_frames_jax(z))
+    return distributed.to_host(frames), distributed.to_host(finite)
+
+
+def _write(args: argparse.Namespace, item: batch.Item, one: np.ndarray) -> str | None:
+    """Writes one video to its output, atomically; returns why it could not be, or None."""
+    from cogvideox_torchax import video
+
+    output = Path(item.output)
+    try:
+        output.parent.mkdir(parents=False, exist_ok=True)
+        with video.StagedOutputs([output], overwrite=args.overwrite) as staged:
+            video.write_video_to(staged.temps[0], args.format, one, fps=args.fps, crf=args.crf)
+            staged.commit()
+    except (ValueError, OSError) as e:
+        return _cli.one_line(e)
+    return None
+
+
+def _failures(items: list, error: str, bar: Stage) -> list[dict[str, str]]:
+    """Reports each failed input (a path or an `Item`) on stderr (process 0); returns them for the summary."""
+    out = []
+    for item in items:
+        source = item if isinstance(item, str) else item.source
+        if _cli.is_primary():
+            bar.write(f"failed: {source}: {error}")
+        out.append({"input": source, "error": error})
+    return out
+
+
+def _dry_run(args, vae, load: Stage, work: dict[str, Any], shapes: list[tuple[int, ...]], size: int) -> dict[str, Any]:
+    """Plans every batch shape's memory (compiled, not run); writes nothing."""
+    kind = "decode" if args.format in ("npy", "safetensors") else "frames"
+    plans = {}
+    for shape in shapes:
+        with _cli.together("planning"), _cli.out_of_memory_as_exit_3("planning the decode of", shape):
+            plans[str(list(shape))] = vae.memory_plan(shape, kind=kind).as_dict()
+    return {
+        "many": True,
+        "dry_run": True,
+        "videos": len(work["items"]),
+        "skipped": work["skipped"],
+        "failed": work["failed"],
+        "batch_size": size,
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "memory_plans": plans,
+        "load_s": round(load.seconds, 3),
+    }
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    """The human summary of a many-latents run (``--json`` prints ``s`` itself)."""
+    if s.get("dry_run"):
+        print(f"{s['videos']} videos to decode ({s['dtype']}, mesh {s['mesh']}, batches of {s['batch_size']}):")
+        for shape, plan in s["memory_plans"].items():
+            print(f"  {shape}: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device; nothing run")
+        return
+    rate = f"{s['videos_per_s']:.3f} videos/s" if s["videos_per_s"] is not None else "-"
+    print(
+        f"decoded {len(s['written'])} of {s['videos']} videos from {s['inputs']} files into {s['output_dir']} "
+        f"({len(s['skipped'])} skipped as existing, {len(s['failed'])} failed; {s['dtype']}, mesh {s['mesh']}, "
+        f"{s['processes']} process(es), {s['device']})"
+    )
+    print(
+        f"  load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s for {len(s['shapes'])} shape(s) "
+        f"(cache {s['compile_cache']}) | decode and write {s['decode_s']:.2f} s ({rate})"
+    )
+    for f in s["failed"]:
+        print(f"  failed {f['input']}: {f['error']}", file=sys.stderr)
