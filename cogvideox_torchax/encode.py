@@ -9,18 +9,27 @@ the same length (see `cogvideox_torchax.frames`). The latents are written as
 the pipeline holds them, ``(1, T, C, H, W)`` multiplied by the model's
 scaling factor, under the key ``latents``, so the decode command reads them
 back with no flags. Bad input is one line on stderr, exit code 2, and no
-output file; the exit codes are listed in ``--help``.
+output file; the exit codes are listed in ``--help``. Under jax.distributed
+(``--coordinator``/``--distributed``) every process runs the same command;
+process 0 reads the video and writes the latents.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
 
 from cogvideox_torchax import _cli
-from cogvideox_torchax._cli import Stage, UsageError, add_model_arguments, add_run_arguments
+from cogvideox_torchax._cli import (
+    Stage,
+    UsageError,
+    add_distributed_arguments,
+    add_model_arguments,
+    add_run_arguments,
+)
 
 LATENTS_KEY = "latents"
 
@@ -58,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     add_model_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file (never a folder)")
     add_run_arguments(p)
+    add_distributed_arguments(p)
     return p
 
 
@@ -82,50 +92,63 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.dry_run:
         return _dry_run(args, size)
     # The output path is checked, and its temporary file made (the
-    # writability probe), before anything expensive.
-    with video.StagedOutputs([Path(args.output)], overwrite=args.overwrite, is_dir=False) as staged:
-        summary = _encode(args, size, staged.temps[0])
-        _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
-        staged.commit()
-    return summary
+    # writability probe), before anything expensive; on process 0 only.
+    staged = None
+    with _cli.together("checking the output"):
+        if _cli.is_primary():
+            staged = video.StagedOutputs([Path(args.output)], overwrite=args.overwrite, is_dir=False)
+    with staged if staged is not None else contextlib.nullcontext():
+        return _encode(args, size, staged)
+
+
+def _read(args: argparse.Namespace, size: tuple[int, int] | None, quiet: bool):
+    """The fitted video ``(1, 3, F, H, W)``, the input's ``(frames, height, width)`` and fps; read on process 0."""
+    from cogvideox_torchax import distributed, frames
+
+    x, info = None, None
+    with _cli.together("reading the video"), Stage("read", 1, "video", quiet) as read:
+        if _cli.is_primary():
+            raw, fps = frames.read_frames(args.video)
+            x = frames.to_video_tensor(frames.fit(raw, size=size, num_frames=args.frames))
+            info = {"input_shape": [int(v) for v in raw.shape[:3]], "fps": fps}
+        read.tick()
+    return distributed.share_array(x), distributed.share_json(info), read
 
 
 def _dry_run(args: argparse.Namespace, size: tuple[int, int] | None) -> dict[str, Any]:
     """Reads the video, loads the model and plans the encode's memory (compiling, not running); writes nothing."""
-    from cogvideox_torchax import frames, memory
+    from cogvideox_torchax import memory
 
-    raw, _ = frames.read_frames(args.video)
-    x = frames.to_video_tensor(frames.fit(raw, size=size, num_frames=args.frames))
-    _cli.compile_cache_from_args(args)
-    vae, load = _cli.load_stage(args, args.memory_report or memory.enabled_by_env())
+    x, _, _ = _read(args, size, quiet=True)
+    with _cli.together("loading the model"):
+        _cli.compile_cache_from_args(args)
+        vae, load = _cli.load_stage(args, args.memory_report or memory.enabled_by_env())
     vae.check_video(x.shape)
     return {**_cli.plan_stage(vae, x.shape, "encode", args, load), "video_shape": list(x.shape)}
 
 
-def _encode(args: argparse.Namespace, size: tuple[int, int] | None, tmp: Path) -> dict[str, Any]:
-    from cogvideox_torchax import frames, latents, memory
+def _encode(args: argparse.Namespace, size: tuple[int, int] | None, staged) -> dict[str, Any]:
+    from cogvideox_torchax import latents, memory
 
     show_memory = args.memory_report or memory.enabled_by_env()
-
-    with Stage("read", 1, "video", args.quiet) as read:
-        raw, fps = frames.read_frames(args.video)
-        fitted = frames.fit(raw, size=size, num_frames=args.frames)
-        x = frames.to_video_tensor(fitted)
-        read.tick()
+    x, info, read = _read(args, size, args.quiet)
 
     import jax
     import numpy as np
     import torch
 
-    cache_dir = _cli.compile_cache_from_args(args)
-    vae, load = _cli.load_stage(args, show_memory)
+    with _cli.together("loading the model"):
+        cache_dir = _cli.compile_cache_from_args(args)
+        vae, load = _cli.load_stage(args, show_memory)
     vae.check_video(x.shape)
 
-    with _cli.out_of_memory_as_exit_3("compiling the encode of video", x.shape, vae):
-        compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
+    with _cli.together("compiling the encode"):
+        with _cli.out_of_memory_as_exit_3("compiling the encode of video", x.shape, vae):
+            compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
 
     num_frames = x.shape[2]
-    with _cli.out_of_memory_as_exit_3("encoding video", x.shape, vae):
+    # Every process takes part (the moments are gathered to each); only process 0 writes.
+    with _cli.together("encoding"), _cli.out_of_memory_as_exit_3("encoding video", x.shape, vae):
         with Stage("encode", num_frames, "frame", args.quiet) as encode:
             # One compiled program encodes the whole video; the bar completes
             # when it returns.
@@ -150,16 +173,21 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, tmp: Path) -
         "height": str(x.shape[3]),
         "width": str(x.shape[4]),
     }
-    with Stage("write", 1, "file", args.quiet) as write:
-        latents.save_latents_file(tmp, out, key=LATENTS_KEY, metadata=metadata)
-        write.tick()
-    if show_memory:
-        memory.report("write")
+    with _cli.together("writing the output"):
+        with Stage("write", 1, "file", args.quiet) as write:
+            if staged is not None:
+                latents.save_latents_file(staged.temps[0], out, key=LATENTS_KEY, metadata=metadata)
+            write.tick()
+        if show_memory:
+            memory.report("write")
+        _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
+        if staged is not None:
+            staged.commit()
 
     return {
         "input": str(args.video),
-        "input_shape": [int(v) for v in raw.shape[:3]],
-        "fps": fps,
+        "input_shape": info["input_shape"],
+        "fps": info["fps"],
         "video_shape": list(x.shape),
         "output": str(args.output),
         "latents_shape": list(out.shape),
@@ -168,6 +196,7 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, tmp: Path) -
         "posterior": metadata["posterior"],
         "dtype": vae.options.dtype,
         "mesh": dict(vae.mesh.shape),
+        "processes": jax.process_count(),
         "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
         "plan": vae.plan.as_dict(),
         "memory_plan": vae.planned(tuple(x.shape), kind="encode").as_dict(),

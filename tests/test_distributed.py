@@ -145,6 +145,31 @@ def test_two_process_cli_one_video_over_all_devices(tmp_path, tiny_upstream):
     assert "exists; pass --overwrite" in runs[0].stderr and (tmp_path / "video.npy").read_bytes() == before
 
 
+def test_two_process_cli_encode(tmp_path, tiny_upstream):
+    from PIL import Image
+    from safetensors.numpy import load_file
+
+    from cogvideox_torchax import frames
+
+    clip = (np.arange(9 * 16 * 24 * 3).reshape(9, 16, 24, 3) * 7 % 256).astype(np.uint8)
+    (tmp_path / "frames").mkdir()
+    for i, frame in enumerate(clip):
+        Image.fromarray(frame).save(tmp_path / "frames" / f"frame_{i:04d}.png")
+    base = [sys.executable, "-m", "cogvideox_torchax.encode", "frames", "-o", "z.safetensors", "--model", "random:tiny"]
+    coordinator = f"127.0.0.1:{_free_port()}"
+    runs = run_processes(
+        [[*base, "--no-compile-cache", "--coordinator", coordinator, "--num-processes", "2", "--process-id", str(i)]
+         for i in range(2)],
+        cwd=tmp_path,
+    )
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-3000:] + runs[1].stderr[-3000:]
+    got = load_file(str(tmp_path / "z.safetensors"))["latents"]
+    vae = ct.wrap(tiny_upstream, dtype="float32", mesh="dp=1,tp=1")
+    x = torch.from_numpy(frames.to_video_tensor(clip))
+    expected = vae.encode(x).latent_dist.mode().permute(0, 2, 1, 3, 4) * vae.config.scaling_factor
+    assert_close(got, expected, atol=TOLERANCE, label="encode CLI on 2 processes (tp=4 each) vs 1 device")
+
+
 _JOIN_ALONE = """
 import sys
 from cogvideox_torchax import distributed
