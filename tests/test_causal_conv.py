@@ -58,6 +58,39 @@ def test_other_time_kernels_match_the_reference(kernel, sizes):
         assert_close(got, expected, atol=2e-5, label=f"k={kernel} batch {i} of {sizes}")
 
 
+@pytest.mark.parametrize("state_first", [False, True], ids=["", "state_first"])
+@pytest.mark.parametrize("sizes", [*SEQUENCES, [8, 8, 8]], ids=str)
+def test_input_frame_cache_is_upstreams(sizes, state_first):
+    # cache_inputs carries upstream's own cache (the last k - 1 input frames)
+    # and rebuilds the partial sums from it: equal outputs, equal caches.
+    rng = np.random.default_rng(len(sizes))
+    weight = jnp.asarray(rng.standard_normal((7, 2, 3, 3, 3)), jnp.float32) * 0.3
+    bias = jnp.asarray(rng.standard_normal(7), jnp.float32)
+    cache, state = None, None
+    for i, t in enumerate(sizes):
+        x = jnp.asarray(rng.standard_normal((2, 2, t, 6, 5)), jnp.float32)
+        expected, cache = causal_conv3d_reference(x, cache, weight, bias, padding_hw=(1, 1))
+        got, state = causal_conv3d(
+            x, state, weight, bias, padding_hw=(1, 1), cache_inputs=True, state_first=state_first
+        )
+        assert state.shape == (2, 2, 2, 6, 5)  # 2 input channels, not the 7 output channels of the sums
+        assert_close(got, expected, atol=2e-5, label=f"batch {i} of {sizes}")
+        assert_close(state, cache, atol=0, label=f"cache after batch {i} of {sizes}")
+
+
+def test_state_first_changes_no_result():
+    rng = np.random.default_rng(5)
+    weight = jnp.asarray(rng.standard_normal((4, 3, 3, 3, 3)), jnp.float32)
+    state = None
+    for t in (3, 2, 2):
+        x = jnp.asarray(rng.standard_normal((1, 3, t, 5, 4)), jnp.float32)
+        plain, next_state = causal_conv3d(x, state, weight, None, padding_hw=(1, 1))
+        first, first_state = causal_conv3d(x, state, weight, None, padding_hw=(1, 1), state_first=True)
+        np.testing.assert_array_equal(np.asarray(first), np.asarray(plain))
+        np.testing.assert_array_equal(np.asarray(first_state), np.asarray(next_state))
+        state = next_state
+
+
 def test_flops_are_the_analytic_convolution_flops():
     n, c, t, h, w, o, k = 1, 16, 8, 12, 10, 24, 3
     x = jax.ShapeDtypeStruct((n, c, t, h, w), jnp.float32)
