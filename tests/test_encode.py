@@ -107,3 +107,17 @@ def test_encode_program_does_not_grow_with_length(tiny_upstream, tiny_vae):
     unrolled = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(frame_scan=False))
     grown = {f: len(unrolled.lower_encode((1, 3, f, 8, 8)).as_text().splitlines()) for f in (17, 49)}
     assert grown[49] > grown[17] + 100, grown  # upstream's loop unrolled: one encoder call per batch
+
+
+def test_scan_carries_small_caches(tiny_vae):
+    # What the encode's scan keeps through the loop (issue 16, "encode flat
+    # in length"): conv_in's cache as its 3 input channels, not the fp32
+    # partial sums of its 8 output channels (128 in the 2b model: 0.33 GiB
+    # at 480x720), and no batch-major copy of the later frames beside the
+    # input video (each step slices its own batch).
+    text = tiny_vae.lower_encode((1, 3, 25, 24, 40)).as_text()
+    (loop,) = [line for line in text.splitlines() if "stablehlo.while" in line]
+    carried = loop.rsplit(" : ", 1)[1]
+    assert "tensor<1x3x2x24x40xf32>" in carried  # conv_in: upstream's cache, its last 2 input frames
+    assert "tensor<1x2x24x40x8xf32>" in carried  # the other full-size convs: partial sums, as before
+    assert "2x1x3x8x24x40" not in text  # the 2 later batches of 8 frames, batch-major
