@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -366,29 +368,88 @@ def _is_out_of_memory(e: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
 
 
+_ASKED = re.compile(r"allocat\w*\s+([\d.]+\s*[KMGT]?i?B|\d+\s*bytes)", re.I)
+
+
 @contextlib.contextmanager
-def out_of_memory_as_exit_3(what: str, shape: tuple[int, ...], vae=None) -> Iterator[None]:
-    """Turns XLA's RESOURCE_EXHAUSTED / out-of-memory errors (and MemoryError) inside the block into `OutOfMemory`."""
+def out_of_memory_as_exit_3(what: str, shape: tuple[int, ...], vae=None, kind: str | None = None) -> Iterator[None]:
+    """Turns XLA's RESOURCE_EXHAUSTED / out-of-memory errors (and MemoryError) inside the block into `OutOfMemory`.
+
+    The message names the shape, the bytes asked (from XLA's message) and
+    the plan's bytes and budget; with the program ``kind`` (``"decode"``,
+    ``"frames"``, ``"encode"``) also the ``--max-memory`` that would choose
+    the next smaller plan, or that none exists.
+    """
     try:
         yield
     except Exception as e:
         if not _is_out_of_memory(e):
             raise
-        where = ""
-        if vae is not None:
-            where = f" ({vae.options.dtype}, mesh {dict(vae.mesh.shape)})"
-        first = " ".join(str(e).split("\n")[0].split())[:200] or type(e).__name__
-        planned = ""
-        plans = [] if vae is None else [vae.planned(tuple(shape), kind=k) for k in ("decode", "frames", "encode")]
-        plan = next((p for p in plans if p is not None), None)
-        if plan is not None:
-            planned = f"; the plan ({plan.name}) compiled to {plan.bytes / 2**30:.2f} GiB per device"
-            planned += f" of {plan.budget / 2**30:.2f} GiB usable" if plan.budget else ""
-        raise OutOfMemory(
-            f"out of memory {what} shape {tuple(int(v) for v in shape)}{where}: {first}{planned}; "
-            "try a --max-memory below what the device really has free (tiling follows), --dtype bfloat16, "
-            "or a larger --mesh"
-        ) from e
+        raise OutOfMemory(_out_of_memory_line(e, what, shape, vae, kind)) from e
+
+
+def _out_of_memory_line(e: BaseException, what: str, shape: tuple[int, ...], vae, kind: str | None) -> str:
+    from cogvideox_torchax import budget
+
+    shape = tuple(int(v) for v in shape)
+    where = f" ({vae.options.dtype}, mesh {dict(vae.mesh.shape)})" if vae is not None else ""
+    asked = _ASKED.search(str(e))
+    first = " ".join(str(e).split("\n")[0].split())[:200] or type(e).__name__
+    line = f"out of memory {what} shape {shape}{where}: " + (f"asked {asked.group(1)}" if asked else first)
+    kinds = [kind] if kind else ["decode", "frames", "encode"]
+    plans = [] if vae is None else [vae.planned(shape, kind=k) for k in kinds]
+    plan = next((p for p in plans if p is not None), None)
+    if plan is not None:
+        line += f"; the plan ({plan.name}) compiled to {budget.human(plan.bytes)} per device"
+        line += f" of {budget.human(plan.budget)} usable" if plan.budget else ""
+        if kind is not None:  # asked for the hint: plans the next one (this run is over)
+            try:
+                smaller = vae.next_plan(shape, kind=kind)
+            except budget.MemoryBudgetError:
+                return line + "; no smaller plan exists: try --dtype bfloat16 or a mesh with more devices on tp"
+            except Exception:  # the hint is a courtesy; the line stands without it
+                smaller = None
+            if smaller is not None:
+                flag = _size_flag(smaller.bytes / (1 - budget.SAFETY_MARGIN))
+                return line + f"; --max-memory {flag} would run the {smaller.name} plan ({budget.human(smaller.bytes)})"
+    return line + "; try a --max-memory below what the device really has free (tiling follows), --dtype bfloat16, or a larger --mesh"
+
+
+def _size_flag(n: float) -> str:
+    """A ``--max-memory`` value of at least ``n`` bytes, rounded up: ``12.35GiB`` or ``831MiB``."""
+    if n >= 2**30:
+        return f"{math.ceil(n / 2**30 * 100) / 100:.2f}GiB"
+    return f"{math.ceil(n / 2**20)}MiB"
+
+
+def retry_out_of_memory(args: argparse.Namespace, vae, shape: tuple[int, ...], kind: str, what: str, run: Callable[[], Any]) -> Any:
+    """``run()``, turning out-of-memory into `OutOfMemory`; with ``--max-memory auto``, once more on the next plan first.
+
+    A plan is chosen from compiled bytes against what the device says it
+    has; if the device then runs out anyway, the next smaller plan is tried
+    once (a warning line says so) before giving up with exit code 3.
+    """
+    from cogvideox_torchax import budget
+
+    auto = budget.parse_memory(args.max_memory) is None
+    try:
+        with out_of_memory_as_exit_3(what, shape, vae, None if auto else kind):
+            return run()
+    except OutOfMemory as e:
+        if not auto:
+            raise
+        failed = vae.planned(tuple(shape), kind=kind)
+        try:
+            plan = vae.next_plan(tuple(shape), kind=kind)
+        except budget.MemoryBudgetError:
+            raise e from None
+        warn_once(
+            f"out of memory running the {failed.name if failed else 'planned'} program for {tuple(shape)}; "
+            f"retrying once with the {plan.name} plan ({budget.human(plan.bytes)})",
+            args.quiet,
+        )
+    with out_of_memory_as_exit_3(what, shape, vae, kind):
+        return run()
 
 
 def nonfinite_cause(vae, what: str, input_largest: float) -> str:

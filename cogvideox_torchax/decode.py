@@ -195,32 +195,36 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
     # output crosses to the host); raw outputs take the decoder's floats.
     on_device_frames = kind not in ("npy", "safetensors")
     program = "frames" if on_device_frames else "decode"
-    with _cli.together("compiling the decode"):
-        with _cli.out_of_memory_as_exit_3("compiling the decode of latents", z.shape, vae):
-            compile_stage, cache_events = _cli.compile_stage(
-                lambda shape: vae.compile_decode(shape, frames=on_device_frames), z.shape, args, show_memory
-            )
-
     batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
-    with _cli.together("decoding"), _cli.out_of_memory_as_exit_3("decoding latents", z.shape, vae):
+
+    def compile_and_decode():
+        compile_stage, cache_events = _cli.compile_stage(
+            lambda shape: vae.compile_decode(shape, frames=on_device_frames), z.shape, args, show_memory
+        )
         with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
             # One compiled program decodes the whole batch; the bar completes
             # when it returns.
             if on_device_frames:
-                decoded, finite = jax.block_until_ready(vae.decode_frames_jax(z))
+                out = jax.block_until_ready(vae.decode_frames_jax(z))
             else:
-                decoded = jax.block_until_ready(vae.decode_jax(z))
+                out = (jax.block_until_ready(vae.decode_jax(z)), None)
             decode.tick(batch * frames_per_video)
-        if show_memory:
-            memory.report("decode")
-        # Every process takes part in gathering; only process 0 writes.
-        if on_device_frames:
-            host = distributed.to_host(decoded)
-            if not bool(distributed.to_host(finite).all()):
-                raise UsageError(_cli.nonfinite_cause(vae, "decode", float(np.abs(z).max())))
-        else:
-            host = distributed.to_host(decoded.astype(jax.numpy.float32))
-        del decoded
+        return compile_stage, cache_events, decode, out
+
+    with _cli.together("compiling and decoding"):
+        compile_stage, cache_events, decode, (decoded, finite) = _cli.retry_out_of_memory(
+            args, vae, z.shape, program, "decoding latents of", compile_and_decode
+        )
+    if show_memory:
+        memory.report("decode")
+    # Every process takes part in gathering; only process 0 writes.
+    if on_device_frames:
+        host = distributed.to_host(decoded)
+        if not bool(distributed.to_host(finite).all()):
+            raise UsageError(_cli.nonfinite_cause(vae, "decode", float(np.abs(z).max())))
+    else:
+        host = distributed.to_host(decoded.astype(jax.numpy.float32))
+    del decoded
     if not on_device_frames:
         _cli.check_finite(host, vae, "decode", float(np.abs(z).max()))
 

@@ -65,11 +65,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             z = distributed.share_array(z)
             try:
                 with _cli.together(f"decoding latents of shape {shape}"):
-                    with _cli.out_of_memory_as_exit_3("decoding latents of", shape, vae):
-                        t0 = time.perf_counter()
-                        vae.compile_decode(shape, frames=not raw)
-                        compile_s += time.perf_counter() - t0
-                        host, finite = _decode(vae, z, raw)
+                    t0 = time.perf_counter()
+                    _cli.retry_out_of_memory(
+                        args, vae, shape, "decode" if raw else "frames", "compiling the decode of",
+                        lambda: vae.compile_decode(shape, frames=not raw),
+                    )
+                    compile_s += time.perf_counter() - t0
+                    host, finite = _cli.retry_out_of_memory(
+                        args, vae, shape, "decode" if raw else "frames", "decoding latents of",
+                        lambda: _decode(vae, z, raw),
+                    )
             except Exception as e:  # every process leaves `together` the same way: all go on
                 if isinstance(e, _cli.PeerFailed) and e.code == _cli.EXIT_INTERRUPTED:
                     raise

@@ -142,22 +142,26 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, staged) -> d
         vae, load = _cli.load_stage(args, show_memory)
     vae.check_video(x.shape)
 
-    with _cli.together("compiling the encode"):
-        with _cli.out_of_memory_as_exit_3("compiling the encode of video", x.shape, vae):
-            compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
-
     num_frames = x.shape[2]
-    # Every process takes part (the moments are gathered to each); only process 0 writes.
-    with _cli.together("encoding"), _cli.out_of_memory_as_exit_3("encoding video", x.shape, vae):
+
+    def compile_and_encode():
+        compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
         with Stage("encode", num_frames, "frame", args.quiet) as encode:
             # One compiled program encodes the whole video; the bar completes
-            # when it returns.
+            # when it returns. Every process takes part (the moments are
+            # gathered to each); only process 0 writes.
             posterior = vae.encode(x).latent_dist
             if args.sample:
                 z = posterior.sample(generator=torch.Generator().manual_seed(args.sample_seed))
             else:
                 z = posterior.mode()
             encode.tick(num_frames)
+        return compile_stage, cache_events, encode, z
+
+    with _cli.together("compiling and encoding"):
+        compile_stage, cache_events, encode, z = _cli.retry_out_of_memory(
+            args, vae, x.shape, "encode", "encoding video of", compile_and_encode
+        )
     if show_memory:
         memory.report("encode")
 

@@ -393,7 +393,29 @@ class TorchaxVAE:
         limit, source = (
             (self._max_memory, "max_memory") if self._max_memory is not None else budget.device_capacity(self._mesh)
         )
-        usable = budget.usable(limit)
+        return self._plan(kind, shape, budget.usable(limit), f"({source} {budget.human(limit)} less "
+                          f"{budget.SAFETY_MARGIN:.0%} margin)")
+
+    def next_plan(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan:
+        """Plans ``shape`` again below the plan that ran out of memory, and returns the new plan (run next).
+
+        For a program that compiled within the budget and still failed to
+        run (the device had less free than it said): the first candidate
+        whose compiled bytes are smaller than the failed plan's, by the same
+        rule as `memory_plan`.
+
+        Raises:
+            MemoryBudgetError: no smaller plan exists.
+        """
+        shape = tuple(shape)
+        failed = self.memory_plan(shape, kind=kind)
+        self._memory_plans.pop((kind, shape))
+        self._program(tiling=failed.tiling).executables.pop((kind, shape), None)
+        return self._plan(kind, shape, failed.bytes - 1, f"(below the {failed.name} plan's "
+                          f"{budget.human(failed.bytes)}, which ran out of memory)")
+
+    def _plan(self, kind: str, shape: tuple[int, ...], usable: int, why: str) -> budget.MemoryPlan:
+        key = (kind, shape)
         tried: list[str] = []
         previous = None
         for name, tiling in self._candidates(kind, shape):
@@ -409,8 +431,7 @@ class TorchaxVAE:
             previous = need if tiling is not None else None
         raise budget.MemoryBudgetError(
             f"no plan for the {'decode' if kind == 'frames' else kind} of {shape} fits {budget.human(usable)} "
-            f"per device ({source} "
-            f"{budget.human(limit)} less {budget.SAFETY_MARGIN:.0%} margin): {'; '.join(tried)}; "
+            f"per device {why}: {'; '.join(tried)}; "
             "give more memory (max_memory / --max-memory) or a mesh with more devices on tp"
         )
 

@@ -1,6 +1,7 @@
 """The command lines' memory flags: --max-memory, --dry-run, exit 3 when no plan fits (tiny config, in-process)."""
 
 import json
+import re
 
 import torch
 from safetensors.torch import save_file
@@ -61,3 +62,56 @@ def test_encode_dry_run_plans_the_encode(tmp_path, capsys):
     assert summary["dry_run"] and summary["video_shape"] == [1, 3, 9, 16, 16]
     assert summary["memory_plan"]["name"] == "whole" and summary["memory_plan"]["bytes"] > 0
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def _exhausted_first(monkeypatch, calls: int):
+    """The device runs out of memory on the first ``calls`` runs of the frames program, then has enough."""
+    import jax
+
+    import cogvideox_torchax as ct
+
+    real = ct.TorchaxVAE.decode_frames_jax
+    seen = []
+
+    def decode_frames_jax(self, z):
+        seen.append(self.planned(tuple(z.shape), kind="frames").name)
+        if len(seen) <= calls:
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.50MiB.")
+        return real(self, z)
+
+    monkeypatch.setattr(ct.TorchaxVAE, "decode_frames_jax", decode_frames_jax)
+    return seen
+
+
+def test_out_of_memory_under_auto_retries_once_with_the_next_plan(tmp_path, capsys, monkeypatch):
+    seen = _exhausted_first(monkeypatch, calls=1)
+    z = _latents(tmp_path)
+    argv = [str(z), *TINY[:-1], "-o", str(tmp_path / "out.mp4"), "--json"]
+    assert decode.main(argv) == 0
+    captured = capsys.readouterr()
+    assert seen[0] == "whole" and seen[1].startswith("tiles of")
+    assert "retrying once with the tiles of" in captured.err
+    assert json.loads(captured.out)["memory_plan"]["name"] == seen[1] and (tmp_path / "out.mp4").exists()
+
+
+def test_out_of_memory_twice_is_exit_3_naming_asked_bytes_and_the_flag(tmp_path, capsys, monkeypatch):
+    _exhausted_first(monkeypatch, calls=2)
+    z = _latents(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4")]) == 3
+    err = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
+    assert err.startswith("error: out of memory decoding latents of shape (1, 4, 1, 8, 12)") and "asked 1.50MiB" in err
+    assert "the plan (tiles of" in err  # the retried plan's bytes, then what would come next
+    assert "no smaller plan exists" in err or re.search(r"--max-memory \d+MiB would run the tiles of", err)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_out_of_memory_with_a_given_budget_names_the_flag_that_would_fit(tmp_path, capsys, monkeypatch):
+    _exhausted_first(monkeypatch, calls=1)
+    z = _latents(tmp_path)
+    assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4"), "--max-memory", "1GiB"]) == 3
+    err = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
+    assert "the plan (whole) compiled to 1.2 MiB" in err
+    flag = re.search(r"--max-memory (\d+)MiB would run the (tiles of \S+ latents) plan \((\d+\.\d) MiB\)", err)
+    assert flag, err
+    assert int(flag.group(1)) * 0.9 >= float(flag.group(3))  # that budget does fit the plan
