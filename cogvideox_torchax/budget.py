@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Iterator
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from jax.sharding import Mesh
 
@@ -97,6 +97,29 @@ def device_capacity(mesh: Mesh) -> tuple[int, str]:
     return _host_available() // per_host, f"host available memory / {per_host} device(s)"
 
 
+class Candidate(NamedTuple):
+    """A way to run a shape before it is compiled: `enable_tiling` keywords and a ``(dp, tp)`` mesh (None: as set)."""
+
+    name: str
+    tiling: dict[str, Any] | None
+    mesh: tuple[int, int] | None
+
+
+def tp_candidates(mesh: tuple[int, int], devices: int, name: str = "whole") -> Iterator[Candidate]:
+    """Meshes with more devices on ``tp`` (doubling, then all) that ``devices`` devices allow, keeping ``dp``."""
+    dp, tp = mesh
+    most = devices // dp
+    sizes = []
+    k = tp * 2
+    while k < most:
+        sizes.append(k)
+        k *= 2
+    if most > tp:
+        sizes.append(most)
+    for size in sizes:
+        yield Candidate(f"{name} on dp={dp},tp={size}", None, (dp, size))
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryPlan:
     """One way to run a shape, with its compiled bytes per device.
@@ -108,12 +131,15 @@ class MemoryPlan:
             user's own tiling, as set on the VAE).
         bytes: temporaries + arguments + outputs of the compiled program, per device.
         budget: the bytes the plan had to fit, margin already taken off.
+        mesh: ``(dp, tp)`` of a mesh with more devices than the VAE's own, or
+            None for the VAE's mesh.
     """
 
     name: str
     tiling: dict[str, Any] | None
     bytes: int
     budget: int | None
+    mesh: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -139,7 +165,7 @@ def human(n: int) -> str:
 
 def tiled_candidates(
     latent_hw: tuple[int, int], spatial_scale: int, overlaps: tuple[float, float] = (1 / 6, 1 / 5)
-) -> Iterator[tuple[str, dict[str, Any]]]:
+) -> Iterator[Candidate]:
     """`enable_tiling` keywords for growing tile counts over a latent frame of ``latent_hw``.
 
     Each candidate's tile is about ``1/k`` of the frame for k in
@@ -157,7 +183,8 @@ def tiled_candidates(
         if tile in seen or (tile[0] >= latent_hw[0] and tile[1] >= latent_hw[1]):
             continue
         seen.add(tile)
-        yield (
+        yield Candidate(
             f"tiles of {tile[0]}x{tile[1]} latents",
             {"tile_sample_min_height": tile[0] * spatial_scale, "tile_sample_min_width": tile[1] * spatial_scale},
+            None,
         )

@@ -130,8 +130,10 @@ class TorchaxVAE:
         # platform=)`, the memory planner); the mesh's own program patches
         # ``module`` itself.
         self._pristine = copy.deepcopy(module)
-        # Programs by (platform, tiling): tiling None is the module's own switches.
-        self._programs = {(self._platform, None): Program(module, self._plan_for(self._platform), mesh)}
+        # Programs by (platform, tiling, mesh): tiling None is the module's own
+        # switches, mesh None the VAE's own (else a (dp, tp) the planner tried).
+        self._programs = {(self._platform, None, None): Program(module, self._plan_for(self._platform), mesh)}
+        self._other_meshes: dict[tuple[int, int], tuple[Mesh, dict[str, jax.Array]]] = {}
         self._memory_plans: dict[tuple[str, tuple[int, ...]], budget.MemoryPlan] = {}
         # Where results go for inputs that are not torch tensors; `to` moves it.
         self._device = torch.device("cpu")
@@ -144,18 +146,35 @@ class TorchaxVAE:
 
     # -- programs -----------------------------------------------------------
 
-    def _plan_for(self, platform: str) -> RunPlan:
-        return build_plan(self._options, Target.of(self._mesh, self._options.dtype, platform))
+    def _plan_for(self, platform: str, mesh: Mesh | None = None) -> RunPlan:
+        return build_plan(self._options, Target.of(mesh or self._mesh, self._options.dtype, platform))
 
-    def _program(self, platform: str | None = None, tiling: dict[str, Any] | None = None) -> Program:
+    def _on(self, mesh: tuple[int, int] | None) -> tuple[Mesh, dict[str, jax.Array]]:
+        """The mesh of a plan (None: the VAE's own) and the weights placed on it."""
+        if mesh is None:
+            return self._mesh, self._weights
+        if mesh not in self._other_meshes:
+            other = sharding.make_mesh(mesh, devices=self._platform_devices())
+            replicated = sharding.replicated(other)
+            self._other_meshes[mesh] = (other, {k: jax.device_put(w, replicated) for k, w in self._weights.items()})
+        return self._other_meshes[mesh]
+
+    def _platform_devices(self) -> list[jax.Device]:
+        own = self._mesh.devices.flat[0]
+        return [d for d in jax.devices(own.platform) if d.platform == own.platform]
+
+    def _program(
+        self, platform: str | None = None, tiling: dict[str, Any] | None = None, mesh: tuple[int, int] | None = None
+    ) -> Program:
         platform = self._platform if platform is None else canonical_platform(platform)
-        key = (platform, None if tiling is None else tuple(sorted(tiling.items())))
+        key = (platform, None if tiling is None else tuple(sorted(tiling.items())), mesh)
         if key not in self._programs:
             module = copy.deepcopy(self._pristine)
             vars(module).update(tiling_switches(self.module))
             if tiling is not None:
                 module.enable_tiling(**tiling)
-            self._programs[key] = Program(module, self._plan_for(platform), self._mesh)
+            on = self._on(mesh)[0]
+            self._programs[key] = Program(module, self._plan_for(platform, on), on)
         return self._programs[key]
 
     @property
@@ -204,7 +223,7 @@ class TorchaxVAE:
     @property
     def module(self) -> AutoencoderKLCogVideoX:
         """The patched upstream module of the mesh's platform (structure only; weights are `weights`)."""
-        return self._programs[(self._platform, None)].module
+        return self._programs[(self._platform, None, None)].module
 
 
     @property
@@ -226,25 +245,25 @@ class TorchaxVAE:
         """Raises ValueError unless ``shape`` is a decodable (B, C, T, H, W)."""
         _check_5d(shape, "latents", "(B, C, T, H, W)", self.config.latent_channels)
 
-    def _device_input(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+    def _device_input(self, x: torch.Tensor | np.ndarray | jax.Array, mesh: Mesh | None = None) -> jax.Array:
         arr = _to_numpy(x, np.dtype(self._options.jax_dtype))
-        return sharding.place(arr, sharding.input_sharding(arr.shape, self._mesh))
+        return sharding.place(arr, sharding.input_sharding(arr.shape, mesh or self._mesh))
 
-    def _device_latents(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
-        self.check_latents(tuple(z.shape))
-        return self._device_input(z)
+    def _execute(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
+        """Runs the planned ``kind`` program on ``x``, placed on the plan's mesh with the weights there."""
+        executable = self._compile(kind, tuple(x.shape))
+        mesh, weights = self._on(self.memory_plan(tuple(x.shape), kind=kind).mesh)
+        return executable(weights, self._device_input(x, mesh))
 
-    def _run(self, compile_for: Any, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+    def _run(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         # With slicing on (upstream's enable_slicing), one batch element at a
         # time: one executable for batch 1, results joined on device. Each
         # part is placed anew, as a compiled program takes only the argument
         # sharding it was compiled for.
         if not self.use_slicing or x.shape[0] == 1:
-            parts = [self._device_input(x)]
-        else:
-            parts = [self._device_input(x[i : i + 1]) for i in range(x.shape[0])]
-        outs = [compile_for(part.shape)(self._weights, part) for part in parts]
-        return outs[0] if len(outs) == 1 else jax.numpy.concatenate(outs, axis=0)
+            return self._execute(kind, x)
+        outs = [self._execute(kind, x[i : i + 1]) for i in range(x.shape[0])]
+        return jax.numpy.concatenate(outs, axis=0)
 
     def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         """Decodes on device and returns the JAX array (no host copy).
@@ -261,7 +280,7 @@ class TorchaxVAE:
             element is decoded at a time.
         """
         self.check_latents(tuple(z.shape))
-        return self._run(self.compile_decode, z)
+        return self._run("decode", z)
 
     def decode_frames_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.Array, jax.Array]:
         """Decodes straight to video frames on device: what an mp4 or PNG writer takes.
@@ -277,7 +296,7 @@ class TorchaxVAE:
         """
         self.check_latents(tuple(z.shape))
         if not self.use_slicing or z.shape[0] == 1:
-            return self._compile("frames", tuple(z.shape))(self._weights, self._device_input(z))
+            return self._execute("frames", z)
         parts = [self.decode_frames_jax(z[i : i + 1]) for i in range(z.shape[0])]
         frames = jax.numpy.concatenate([f for f, _ in parts], axis=0)
         return frames, jax.numpy.concatenate([ok for _, ok in parts])
@@ -320,47 +339,64 @@ class TorchaxVAE:
         return self._lower("decode", shape, platform)
 
     def _lower(
-        self, kind: str, shape: tuple[int, ...], platform: str | None, tiling: dict[str, Any] | None = None
+        self,
+        kind: str,
+        shape: tuple[int, ...],
+        platform: str | None,
+        tiling: dict[str, Any] | None = None,
+        mesh: tuple[int, int] | None = None,
     ) -> jax.stages.Lowered:
-        program = self._program(platform, tiling)
-        spec = jax.ShapeDtypeStruct(shape, self._options.jax_dtype, sharding=sharding.input_sharding(shape, self._mesh))
+        program = self._program(platform, tiling, mesh)
+        on, weights = self._on(mesh)
+        spec = jax.ShapeDtypeStruct(shape, self._options.jax_dtype, sharding=sharding.input_sharding(shape, on))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_INT64_WARNING)
-            traced = program.jits[kind].trace(self._weights, spec)
+            traced = program.jits[kind].trace(weights, spec)
             if program.plan.target.platform == self._platform:
                 return traced.lower()
             return traced.lower(lowering_platforms=(program.plan.target.platform,))
 
-    def _compile_with(self, kind: str, shape: tuple[int, ...], tiling: dict[str, Any] | None) -> jax.stages.Compiled:
-        program = self._program(tiling=tiling)
+    def _compile_with(
+        self, kind: str, shape: tuple[int, ...], tiling: dict[str, Any] | None, mesh: tuple[int, int] | None = None
+    ) -> jax.stages.Compiled:
+        program = self._program(tiling=tiling, mesh=mesh)
         key = (kind, shape)
         if key not in program.executables:
-            lowered = self._lower(kind, shape, None, tiling)
+            lowered = self._lower(kind, shape, None, tiling, mesh)
             program.executables[key] = lowered.compile(compiler_options=self.compiler_options)
         return program.executables[key]
+
+    def _drop(self, kind: str, shape: tuple[int, ...], tiling: dict[str, Any] | None, mesh: tuple[int, int] | None):
+        self._program(tiling=tiling, mesh=mesh).executables.pop((kind, shape), None)
 
     def _compile(self, kind: str, shape: tuple[int, ...]) -> jax.stages.Compiled:
         shape = tuple(shape)
         (self.check_video if kind == "encode" else self.check_latents)(shape)
         plan = self.memory_plan(shape, kind=kind)
-        return self._compile_with(kind, shape, plan.tiling)
+        return self._compile_with(kind, shape, plan.tiling, plan.mesh)
 
-    def _candidates(self, kind: str, shape: tuple[int, ...]) -> list[tuple[str, dict[str, Any] | None]]:
+    def _candidates(self, kind: str, shape: tuple[int, ...]) -> list[budget.Candidate]:
         scale = 2 ** (len(self.config.block_out_channels) - 1)
         frame = shape[-2:] if kind != "encode" else tuple(-(-n // scale) for n in shape[-2:])
         first = "tiled as set" if self.use_tiling else "whole"
         overlaps = (self.module.tile_overlap_factor_height, self.module.tile_overlap_factor_width)
-        return [(first, None), *budget.tiled_candidates(frame, scale, overlaps)]
+        # Other meshes only within one process: under jax.distributed a mesh uses every device already.
+        devices = len(self._platform_devices()) if jax.process_count() == 1 else 0
+        return [
+            budget.Candidate(first, None, None),
+            *budget.tiled_candidates(frame, scale, overlaps),
+            *budget.tp_candidates((self._mesh.shape["dp"], self._mesh.shape["tp"]), devices, first),
+        ]
 
     def memory_candidates(self, shape: tuple[int, ...], *, kind: str = "decode") -> list[budget.MemoryPlan]:
         """Every candidate plan of `memory_plan` with its compiled bytes, in order (all compiled; none run)."""
         shape = tuple(shape)
         (self.check_video if kind == "encode" else self.check_latents)(shape)
         plans = []
-        for name, tiling in self._candidates(kind, shape):
-            need = budget.compiled_bytes(self._compile_with(kind, shape, tiling))
-            self._program(tiling=tiling).executables.pop((kind, shape), None)
-            plans.append(budget.MemoryPlan(name, tiling, need, None))
+        for c in self._candidates(kind, shape):
+            need = budget.compiled_bytes(self._compile_with(kind, shape, c.tiling, c.mesh))
+            self._drop(kind, shape, c.tiling, c.mesh)
+            plans.append(budget.MemoryPlan(c.name, c.tiling, need, None, c.mesh))
         return plans
 
     def planned(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan | None:
@@ -372,7 +408,10 @@ class TorchaxVAE:
 
         Candidates in order of expected speed: the whole program (with the
         VAE's own tiling switches), then upstream's tiling with growing
-        tile counts (`budget.tiled_candidates`). The first whose compiled
+        tile counts (`budget.tiled_candidates`), then, when the mesh leaves
+        devices of its platform unused (one process), the whole program on
+        meshes with more devices on ``tp`` (`budget.tp_candidates`; the
+        weights are copied there when chosen). The first whose compiled
         temporaries + arguments + outputs fit the budget, less
         `budget.SAFETY_MARGIN`, is the plan; `decode` and `encode` run it.
         The budget is ``max_memory`` (``"auto"``: the device's capacity,
@@ -410,7 +449,7 @@ class TorchaxVAE:
         shape = tuple(shape)
         failed = self.memory_plan(shape, kind=kind)
         self._memory_plans.pop((kind, shape))
-        self._program(tiling=failed.tiling).executables.pop((kind, shape), None)
+        self._drop(kind, shape, failed.tiling, failed.mesh)
         return self._plan(kind, shape, failed.bytes - 1, f"(below the {failed.name} plan's "
                           f"{budget.human(failed.bytes)}, which ran out of memory)")
 
@@ -418,17 +457,22 @@ class TorchaxVAE:
         key = (kind, shape)
         tried: list[str] = []
         previous = None
-        for name, tiling in self._candidates(kind, shape):
-            need = budget.compiled_bytes(self._compile_with(kind, shape, tiling))
-            tried.append(f"{name} {budget.human(need)}")
+        tiles_done = False
+        for c in self._candidates(kind, shape):
+            if tiles_done and c.mesh is None:
+                continue
+            need = budget.compiled_bytes(self._compile_with(kind, shape, c.tiling, c.mesh))
+            tried.append(f"{c.name} {budget.human(need)}")
             if need <= usable:
-                self._memory_plans[key] = budget.MemoryPlan(name, tiling, need, usable)
+                self._memory_plans[key] = budget.MemoryPlan(c.name, c.tiling, need, usable, c.mesh)
                 return self._memory_plans[key]
             # Not kept: it will not run here.
-            self._program(tiling=tiling).executables.pop((kind, shape), None)
-            if tiling is not None and previous is not None and need >= previous:
-                break  # smaller tiles stopped saving memory: blending and per-tile work dominate
-            previous = need if tiling is not None else None
+            self._drop(kind, shape, c.tiling, c.mesh)
+            if c.tiling is not None and previous is not None and need >= previous:
+                # Smaller tiles stopped saving memory (blending and per-tile
+                # work dominate): on to more devices, if any.
+                tiles_done = True
+            previous = need if c.tiling is not None else None
         raise budget.MemoryBudgetError(
             f"no plan for the {'decode' if kind == 'frames' else kind} of {shape} fits {budget.human(usable)} "
             f"per device {why}: {'; '.join(tried)}; "
@@ -473,7 +517,7 @@ class TorchaxVAE:
             returns them. With slicing enabled, one batch element at a time.
         """
         self.check_video(tuple(x.shape))
-        return self._run(self.compile_encode, x)
+        return self._run("encode", x)
 
     def encode(
         self, x: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
@@ -649,8 +693,8 @@ class TorchaxVAE:
         # The module's tiling settings are read while tracing, and jax.jit
         # keys its trace cache on argument shapes only: start fresh programs
         # (the mesh's own keeps its patched module and its tiling switches).
-        own = self._programs[(self._platform, None)]
-        self._programs = {(self._platform, None): Program(own.module, own.plan, self._mesh)}
+        own = self._programs[(self._platform, None, None)]
+        self._programs = {(self._platform, None, None): Program(own.module, own.plan, self._mesh)}
         self._memory_plans.clear()
 
     def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:

@@ -77,6 +77,6 @@ def test_candidate_tiles_keep_upstreams_grid_consistent(frame, overlaps):
     # Upstream crops each tile to tile - int(tile * overlap) pixels and steps by
     # int(latent tile * (1 - overlap)): the candidates make these agree, so a
     # tiled video has the whole video's size.
-    for _, tiling in budget.tiled_candidates(frame, 8, overlaps):
+    for _, tiling, _ in budget.tiled_candidates(frame, 8, overlaps):
         for px, overlap in zip((tiling["tile_sample_min_height"], tiling["tile_sample_min_width"]), overlaps):
             assert px - int(px * overlap) == 8 * int(px // 8 * (1 - overlap))
