@@ -103,8 +103,9 @@ def bench_torchax(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
     plan = getattr(vae, "plan", None)  # what our decode decided to do, where it says
     row: dict[str, Any] = {"load_s": t1 - t0, "compile_s": t2 - t1, "mesh": dict(vae.mesh.shape)}
     row["plan"] = plan.as_dict() if plan is not None else None
-    zj = vae._device_latents(z)
-    _run_compiled(row, compiled, lambda: jax.block_until_ready(compiled(vae.weights, zj)), args, t2, peak_before)
+    # The plan's own mesh and weights (a memory plan may move to more tp devices).
+    compiled, call_args = vae._prepare("decode", z)
+    _run_compiled(row, compiled, lambda: jax.block_until_ready(compiled(*call_args)), args, t2, peak_before)
     return row
 
 

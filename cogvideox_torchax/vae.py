@@ -249,11 +249,15 @@ class TorchaxVAE:
         arr = _to_numpy(x, np.dtype(self._options.jax_dtype))
         return sharding.place(arr, sharding.input_sharding(arr.shape, mesh or self._mesh))
 
-    def _execute(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
-        """Runs the planned ``kind`` program on ``x``, placed on the plan's mesh with the weights there."""
+    def _prepare(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.stages.Compiled, tuple]:
+        """The planned ``kind`` executable for ``x`` and its arguments: the weights and ``x`` on the plan's mesh."""
         executable = self._compile(kind, tuple(x.shape))
         mesh, weights = self._on(self.memory_plan(tuple(x.shape), kind=kind).mesh)
-        return executable(weights, self._device_input(x, mesh))
+        return executable, (weights, self._device_input(x, mesh))
+
+    def _execute(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
+        executable, args = self._prepare(kind, x)
+        return executable(*args)
 
     def _run(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         # With slicing on (upstream's enable_slicing), one batch element at a
