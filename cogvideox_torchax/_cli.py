@@ -36,7 +36,7 @@ EXIT_CODES = """exit codes:
   3    out of memory: no plan fits --max-memory (checked from compiled programs before running),
        or the device ran out while compiling or running (the message names the shape); nothing written
   4    decoding many latents (--output-dir): some inputs failed, each named on stderr; the outputs
-       of all the others were written
+       of all the others were written (with --dry-run: some inputs cannot be decoded)
   130  interrupted (Ctrl-C); nothing written (with --output-dir: the outputs already complete stay)
 
 Under jax.distributed every process exits with the same code; only process 0 reads inputs, writes
@@ -56,11 +56,37 @@ class OutOfMemory(Exception):
 
 
 class PeerFailed(Exception):
-    """Another process of a jax.distributed run failed a step; this one leaves with the same exit code."""
+    """A process of a jax.distributed run failed a step; every process leaves with the same exit code.
 
-    def __init__(self, code: int, text: str):
+    ``own`` is this process's own error when it failed too, with another code
+    than the one agreed (printed as well; the others' logs say theirs).
+    """
+
+    def __init__(self, code: int, text: str, own: BaseException | None = None):
         super().__init__(text)
         self.code = code
+        self.own = own
+
+
+def agreed_code(codes: list[int]) -> int:
+    """The one exit code of a step from every process's code: an interrupt wins, else the first failure."""
+    if EXIT_INTERRUPTED in codes:
+        return EXIT_INTERRUPTED
+    return next((c for c in codes if c != EXIT_OK), EXIT_OK)
+
+
+def _peer_failed(codes: list[int], what: str, own: BaseException | None = None) -> PeerFailed:
+    code = agreed_code(codes)
+    i = codes.index(code)
+    return PeerFailed(code, f"process {i} of the jax.distributed run failed {what} (exit {code}); see its log", own)
+
+
+def _gather_codes(code: int) -> list[int]:
+    if _process_count() == 1:
+        return [code]
+    from cogvideox_torchax import distributed
+
+    return distributed.gather_codes(code)
 
 
 def add_distributed_arguments(p: argparse.ArgumentParser) -> None:
@@ -129,24 +155,25 @@ def together(what: str) -> Iterator[None]:
 
     Inside, code may fail on one process only (process 0's reading, a host's
     model load); each process then reports its exit code to the others, and
-    those that did not fail raise `PeerFailed` with the first failing
-    process's code. With one process it does nothing.
+    every process leaves with the code of `agreed_code` (an interrupt
+    anywhere, else the first failing process's): its own exception if the
+    codes match, else `PeerFailed`. Collectives (gathers, shares) belong
+    outside: a process that failed early would meet the others' gather with
+    its report. With one process it does nothing.
     """
     if _process_count() == 1:
         yield
         return
-    from cogvideox_torchax import distributed
-
     try:
         yield
     except BaseException as e:
-        distributed.gather_codes(exit_code(e))
+        codes = _gather_codes(exit_code(e))
+        if agreed_code(codes) != exit_code(e):
+            raise _peer_failed(codes, what, own=e) from e
         raise
-    codes = distributed.gather_codes(EXIT_OK)
-    failed = [(i, c) for i, c in enumerate(codes) if c != EXIT_OK]
-    if failed:
-        i, code = failed[0]
-        raise PeerFailed(code, f"process {i} of the jax.distributed run failed {what} (exit {code}); see its log")
+    codes = _gather_codes(EXIT_OK)
+    if agreed_code(codes) != EXIT_OK:
+        raise _peer_failed(codes, what)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -404,7 +431,8 @@ def _out_of_memory_line(e: BaseException, what: str, shape: tuple[int, ...], vae
         line += f" of {budget.human(plan.budget)} usable" if plan.budget else ""
         if kind is not None:  # asked for the hint: plans the next one (this run is over)
             try:
-                smaller = vae.next_plan(shape, kind=kind)
+                # Planned, not chosen: a many-latents run goes on with its plans as they were.
+                smaller = vae.next_plan(shape, kind=kind, choose=False)
             except budget.MemoryBudgetError:
                 return line + "; no smaller plan exists: try --dtype bfloat16 or a mesh with more devices on tp"
             except Exception:  # the hint is a courtesy; the line stands without it
@@ -427,27 +455,36 @@ def retry_out_of_memory(args: argparse.Namespace, vae, shape: tuple[int, ...], k
 
     A plan is chosen from compiled bytes against what the device says it
     has; if the device then runs out anyway, the next smaller plan is tried
-    once (a warning line says so) before giving up with exit code 3.
+    once (a warning line says so) before giving up with exit code 3. Under
+    jax.distributed every process calls it and all agree: if any ran out
+    (and none failed otherwise), all retry on the same next plan.
     """
     from cogvideox_torchax import budget
 
+    shape = tuple(shape)
     auto = budget.parse_memory(args.max_memory) is None
+    error: BaseException | None = None
     try:
         with out_of_memory_as_exit_3(what, shape, vae, None if auto else kind):
-            return run()
-    except OutOfMemory as e:
-        if not auto:
-            raise
-        failed = vae.planned(tuple(shape), kind=kind)
-        try:
-            plan = vae.next_plan(tuple(shape), kind=kind)
-        except budget.MemoryBudgetError:
-            raise e from None
-        warn_once(
-            f"out of memory running the {failed.name if failed else 'planned'} program for {tuple(shape)}; "
-            f"retrying once with the {plan.name} plan ({budget.human(plan.bytes)})",
-            args.quiet,
-        )
+            result = run()
+    except BaseException as e:  # every process reports, then leaves or retries with the others
+        error = e
+    codes = _gather_codes(EXIT_OK if error is None else exit_code(error))
+    if agreed_code(codes) == EXIT_OK:
+        return result
+    if not auto or agreed_code(codes) != EXIT_OUT_OF_MEMORY or set(codes) - {EXIT_OK, EXIT_OUT_OF_MEMORY}:
+        raise error if error is not None else _peer_failed(codes, what)
+    failed = vae.planned(shape, kind=kind)
+    try:
+        with out_of_memory_as_exit_3("planning again for", shape):
+            plan = vae.next_plan(shape, kind=kind)
+    except (budget.MemoryBudgetError, OutOfMemory):
+        raise error if error is not None else _peer_failed(codes, what) from None
+    warn_once(
+        f"out of memory running the {failed.name if failed else 'planned'} program for {shape}; "
+        f"retrying once with the {plan.name} plan ({budget.human(plan.bytes)})",
+        args.quiet,
+    )
     with out_of_memory_as_exit_3(what, shape, vae, kind):
         return run()
 
@@ -499,6 +536,7 @@ def command(
         previous = signal.signal(signal.SIGINT, _on_sigint)
     previous_unraisable = sys.unraisablehook
     sys.unraisablehook = _unraisable(previous_unraisable)
+    args = None
     try:
         try:
             args = parser().parse_args(argv)
@@ -512,12 +550,18 @@ def command(
         with _stdout_kept_for_results() if _process_count() > 1 else contextlib.nullcontext():
             return main(args, run, print_summary)
     except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
+        print(f"error: interrupted; {_interrupted_note(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         sys.unraisablehook = previous_unraisable
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted_note(args: argparse.Namespace | None) -> str:
+    if getattr(args, "output_dir", None):
+        return "the videos already written stay; the batch in progress was not written"
+    return "nothing was written"
 
 
 def exit_code(e: BaseException) -> int:
@@ -560,13 +604,16 @@ def main(
     try:
         summary = run(args)
     except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
+        print(f"error: interrupted; {_interrupted_note(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:  # one line for the user; the traceback with --debug
         if args.debug and not isinstance(e, PeerFailed):
             raise
+        own = e.own if isinstance(e, PeerFailed) else e
+        if own is not None:
+            print(f"error: {one_line(own)}", file=sys.stderr)
         # A peer's failure is news on process 0 only; the peer said it itself.
-        if not isinstance(e, PeerFailed) or is_primary():
+        if isinstance(e, PeerFailed) and is_primary():
             print(f"error: {one_line(e)}", file=sys.stderr)
         return exit_code(e)
     if args.json:

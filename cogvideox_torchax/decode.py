@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--format",
-        default="mp4",
+        default=None,
         choices=("mp4", "png", "npy", "safetensors"),
         help="with --output-dir: what to write (default mp4; png writes a folder of frames per video)",
     )
@@ -115,10 +115,16 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.output_dir is None:
         if len(args.latents) > 1:
             raise UsageError(f"{len(args.latents)} latents inputs need --output-dir (--output names one video)")
-        for flag, value in (("--batch-size", args.batch_size), ("--skip-existing", args.skip_existing or None)):
+        for flag, value in (
+            ("--batch-size", args.batch_size),
+            ("--skip-existing", args.skip_existing or None),
+            ("--format", args.format),
+        ):
             if value is not None:
-                raise UsageError(f"{flag} goes with --output-dir")
+                hint = " (--output's extension says what to write)" if flag == "--format" else ""
+                raise UsageError(f"{flag} goes with --output-dir{hint}")
     else:
+        args.format = args.format or "mp4"
         if args.batch_size is not None and args.batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
         if args.skip_existing and args.overwrite:
@@ -237,8 +243,9 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
         if show_memory:
             memory.report("write")
         _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
-        if staged is not None:
-            staged.commit()
+    # Moved in only once every process has come through the step.
+    if staged is not None:
+        staged.commit()
     outputs = video.output_paths(Path(args.output), batch)
 
     return {

@@ -148,20 +148,23 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, staged) -> d
         compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
         with Stage("encode", num_frames, "frame", args.quiet) as encode:
             # One compiled program encodes the whole video; the bar completes
-            # when it returns. Every process takes part (the moments are
-            # gathered to each); only process 0 writes.
-            posterior = vae.encode(x).latent_dist
-            if args.sample:
-                z = posterior.sample(generator=torch.Generator().manual_seed(args.sample_seed))
-            else:
-                z = posterior.mode()
+            # when it returns.
+            moments = jax.block_until_ready(vae.encode_jax(x))
             encode.tick(num_frames)
-        return compile_stage, cache_events, encode, z
+        return compile_stage, cache_events, encode, moments
 
     with _cli.together("compiling and encoding"):
-        compile_stage, cache_events, encode, z = _cli.retry_out_of_memory(
+        compile_stage, cache_events, encode, moments = _cli.retry_out_of_memory(
             args, vae, x.shape, "encode", "encoding video of", compile_and_encode
         )
+    # Every process takes part in gathering the moments (outside `together`:
+    # a collective); only process 0 writes.
+    posterior = vae.latent_dist(moments)
+    del moments
+    if args.sample:
+        z = posterior.sample(generator=torch.Generator().manual_seed(args.sample_seed))
+    else:
+        z = posterior.mode()
     if show_memory:
         memory.report("encode")
 
@@ -185,8 +188,9 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, staged) -> d
         if show_memory:
             memory.report("write")
         _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
-        if staged is not None:
-            staged.commit()
+    # Moved in only once every process has come through the step.
+    if staged is not None:
+        staged.commit()
 
     return {
         "input": str(args.video),

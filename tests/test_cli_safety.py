@@ -5,7 +5,6 @@ subprocess for a real Ctrl-C.
 """
 
 import json
-import os
 import pathlib
 import signal
 import subprocess
