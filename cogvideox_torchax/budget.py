@@ -86,15 +86,20 @@ def _host_available() -> int:
 def device_capacity(mesh: Mesh) -> tuple[int, str]:
     """Bytes one device of ``mesh`` can hold, and where the figure comes from.
 
-    GPU and TPU: the smallest ``bytes_limit`` among the mesh's devices. CPU:
-    the host's available memory, shared by the mesh's devices on it.
+    GPU and TPU: the smallest ``bytes_limit`` among the mesh's devices in
+    this process (another host's devices cannot be asked). CPU: the host's
+    available memory, shared by the mesh's devices on it. Under
+    jax.distributed each process answers for its own devices; the VAE takes
+    the least of the processes' answers.
     """
-    devices = list(mesh.devices.flat)
+    import jax
+
+    here = jax.process_index()
+    devices = [d for d in mesh.devices.flat if d.process_index == here] or list(mesh.devices.flat)
     limits = [(d.memory_stats() or {}).get("bytes_limit") for d in devices if d.platform != "cpu"]
     if limits and all(limits):
         return min(limits), f"{devices[0].device_kind} bytes_limit"
-    per_host = sum(1 for d in devices if d.process_index == devices[0].process_index)
-    return _host_available() // per_host, f"host available memory / {per_host} device(s)"
+    return _host_available() // len(devices), f"host available memory / {len(devices)} device(s)"
 
 
 class Candidate(NamedTuple):

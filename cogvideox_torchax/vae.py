@@ -133,7 +133,9 @@ class TorchaxVAE:
         # Programs by (platform, tiling, mesh): tiling None is the module's own
         # switches, mesh None the VAE's own (else a (dp, tp) the planner tried).
         self._programs = {(self._platform, None, None): Program(module, self._plan_for(self._platform), mesh)}
-        self._other_meshes: dict[tuple[int, int], tuple[Mesh, dict[str, jax.Array]]] = {}
+        self._other_meshes: dict[tuple[int, int], Mesh] = {}
+        self._other_weights: dict[tuple[int, int], dict[str, jax.Array]] = {}
+        self._capacity: tuple[int, str] | None = None
         self._memory_plans: dict[tuple[str, tuple[int, ...]], budget.MemoryPlan] = {}
         # Where results go for inputs that are not torch tensors; `to` moves it.
         self._device = torch.device("cpu")
@@ -149,15 +151,29 @@ class TorchaxVAE:
     def _plan_for(self, platform: str, mesh: Mesh | None = None) -> RunPlan:
         return build_plan(self._options, Target.of(mesh or self._mesh, self._options.dtype, platform))
 
+    def _mesh_of(self, mesh: tuple[int, int] | None) -> Mesh:
+        """The mesh of a plan (None: the VAE's own)."""
+        if mesh is None:
+            return self._mesh
+        if mesh not in self._other_meshes:
+            self._other_meshes[mesh] = sharding.make_mesh(mesh, devices=self._platform_devices())
+        return self._other_meshes[mesh]
+
     def _on(self, mesh: tuple[int, int] | None) -> tuple[Mesh, dict[str, jax.Array]]:
-        """The mesh of a plan (None: the VAE's own) and the weights placed on it."""
+        """The mesh of a plan and the weights placed on it (copied there on first use: only a chosen plan runs)."""
         if mesh is None:
             return self._mesh, self._weights
-        if mesh not in self._other_meshes:
-            other = sharding.make_mesh(mesh, devices=self._platform_devices())
-            replicated = sharding.replicated(other)
-            self._other_meshes[mesh] = (other, {k: jax.device_put(w, replicated) for k, w in self._weights.items()})
-        return self._other_meshes[mesh]
+        if mesh not in self._other_weights:
+            replicated = sharding.replicated(self._mesh_of(mesh))
+            self._other_weights[mesh] = {k: jax.device_put(w, replicated) for k, w in self._weights.items()}
+        return self._mesh_of(mesh), self._other_weights[mesh]
+
+    def _weight_specs(self, mesh: tuple[int, int] | None) -> dict[str, Any]:
+        """What tracing needs of the weights: the arrays on the VAE's mesh, shapes and shardings elsewhere."""
+        if mesh is None:
+            return self._weights
+        replicated = sharding.replicated(self._mesh_of(mesh))
+        return {k: jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=replicated) for k, w in self._weights.items()}
 
     def _platform_devices(self) -> list[jax.Device]:
         own = self._mesh.devices.flat[0]
@@ -173,7 +189,7 @@ class TorchaxVAE:
             vars(module).update(tiling_switches(self.module))
             if tiling is not None:
                 module.enable_tiling(**tiling)
-            on = self._on(mesh)[0]
+            on = self._mesh_of(mesh)
             self._programs[key] = Program(module, self._plan_for(platform, on), on)
         return self._programs[key]
 
@@ -351,11 +367,11 @@ class TorchaxVAE:
         mesh: tuple[int, int] | None = None,
     ) -> jax.stages.Lowered:
         program = self._program(platform, tiling, mesh)
-        on, weights = self._on(mesh)
+        on = self._mesh_of(mesh)
         spec = jax.ShapeDtypeStruct(shape, self._options.jax_dtype, sharding=sharding.input_sharding(shape, on))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_INT64_WARNING)
-            traced = program.jits[kind].trace(weights, spec)
+            traced = program.jits[kind].trace(self._weight_specs(mesh), spec)
             if program.plan.target.platform == self._platform:
                 return traced.lower()
             return traced.lower(lowering_platforms=(program.plan.target.platform,))
@@ -433,19 +449,31 @@ class TorchaxVAE:
         key = (kind, shape)
         if key in self._memory_plans:
             return self._memory_plans[key]
-        limit, source = (
-            (self._max_memory, "max_memory") if self._max_memory is not None else budget.device_capacity(self._mesh)
-        )
+        limit, source = (self._max_memory, "max_memory") if self._max_memory is not None else self._device_capacity()
         return self._plan(kind, shape, budget.usable(limit), f"({source} {budget.human(limit)} less "
                           f"{budget.SAFETY_MARGIN:.0%} margin)")
 
-    def next_plan(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan:
+    def _device_capacity(self) -> tuple[int, str]:
+        # Under jax.distributed every process must choose the same plan (they
+        # run one program): the smallest capacity of any process's devices.
+        # Asked once, at the first plan, which every process makes together;
+        # one process asks at every plan (the host's free memory changes).
+        if jax.process_count() == 1:
+            return budget.device_capacity(self._mesh)
+        if self._capacity is None:
+            limit, source = budget.device_capacity(self._mesh)
+            limit = min(distributed.gather_codes(limit // 2**20)) * 2**20
+            self._capacity = (limit, f"{source}, least of {jax.process_count()} processes")
+        return self._capacity
+
+    def next_plan(self, shape: tuple[int, ...], *, kind: str = "decode", choose: bool = True) -> budget.MemoryPlan:
         """Plans ``shape`` again below the plan that ran out of memory, and returns the new plan (run next).
 
         For a program that compiled within the budget and still failed to
         run (the device had less free than it said): the first candidate
         whose compiled bytes are smaller than the failed plan's, by the same
-        rule as `memory_plan`.
+        rule as `memory_plan`. With ``choose=False`` the shape keeps its
+        plan (the smaller one is only reported, e.g. in an error message).
 
         Raises:
             MemoryBudgetError: no smaller plan exists.
@@ -453,9 +481,17 @@ class TorchaxVAE:
         shape = tuple(shape)
         failed = self.memory_plan(shape, kind=kind)
         self._memory_plans.pop((kind, shape))
-        self._drop(kind, shape, failed.tiling, failed.mesh)
-        return self._plan(kind, shape, failed.bytes - 1, f"(below the {failed.name} plan's "
-                          f"{budget.human(failed.bytes)}, which ran out of memory)")
+        if choose:
+            self._drop(kind, shape, failed.tiling, failed.mesh)
+        try:
+            smaller = self._plan(kind, shape, failed.bytes - 1, f"(below the {failed.name} plan's "
+                                 f"{budget.human(failed.bytes)}, which ran out of memory)")
+        finally:
+            if not choose:
+                self._memory_plans[(kind, shape)] = failed
+        if not choose:
+            self._drop(kind, shape, smaller.tiling, smaller.mesh)
+        return smaller
 
     def _plan(self, kind: str, shape: tuple[int, ...], usable: int, why: str) -> budget.MemoryPlan:
         key = (kind, shape)
@@ -538,11 +574,24 @@ class TorchaxVAE:
             (else on `device`): ``.mode()``, ``.mean``, ``.logvar``, ``.std``
             and ``.sample(generator=...)`` behave exactly as upstream's.
         """
-        moments = _to_host_torch(self.encode_jax(x)).to(_torch_device_of(x, self._device))
-        posterior = DiagonalGaussianDistribution(moments)
+        posterior = self.latent_dist(self.encode_jax(x), device=_torch_device_of(x, self._device))
         if not return_dict:
             return (posterior,)
         return AutoencoderKLOutput(latent_dist=posterior)
+
+    def latent_dist(
+        self, moments: jax.Array, device: torch.device | str | None = None
+    ) -> DiagonalGaussianDistribution:
+        """Upstream's `DiagonalGaussianDistribution` over `encode_jax`'s moments, built on the host in torch.
+
+        Under jax.distributed every process must call it (the moments are
+        gathered from every process).
+
+        Args:
+            moments: what `encode_jax` returned.
+            device: the torch device of the distribution (default `device`).
+        """
+        return DiagonalGaussianDistribution(_to_host_torch(moments).to(self._device if device is None else device))
 
     def lower_encode(self, shape: tuple[int, ...], *, platform: str | None = None) -> jax.stages.Lowered:
         """Traces and lowers the encode for a video shape without running it (``platform`` as in `lower_decode`)."""
@@ -724,6 +773,7 @@ class TorchaxVAE:
         for program in self._programs.values():
             program.executables.clear()
         self._memory_plans.clear()
+        self._other_weights.clear()  # copies of the weights for plans on other meshes
         if jax_caches:
             jax.clear_caches()
 

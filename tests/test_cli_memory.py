@@ -115,3 +115,17 @@ def test_out_of_memory_with_a_given_budget_names_the_flag_that_would_fit(tmp_pat
     flag = re.search(r"--max-memory (\d+)MiB would run the (tiles of \S+ latents) plan \((\d+\.\d) MiB\)", err)
     assert flag, err
     assert int(flag.group(1)) * 0.9 >= float(flag.group(3))  # that budget does fit the plan
+
+
+def test_next_plan_reported_but_not_chosen_keeps_the_plan():
+    # The out-of-memory line's hint plans the next smaller plan; a
+    # many-latents run goes on after it, on the plan it had.
+    import cogvideox_torchax as ct
+
+    vae = ct.wrap(ct.random_upstream("tiny", seed=0), mesh="dp=1,tp=1", max_memory="1GiB")
+    shape = (1, 4, 1, 8, 12)
+    assert vae.memory_plan(shape).name == "whole"
+    smaller = vae.next_plan(shape, choose=False)
+    assert smaller.name.startswith("tiles of") and smaller.bytes < vae.planned(shape).bytes
+    assert vae.planned(shape).name == "whole"
+    assert vae.next_plan(shape).name == smaller.name == vae.planned(shape).name  # chosen this time

@@ -25,6 +25,7 @@ def test_planner_moves_to_more_devices_on_tp_when_tiles_do_not_fit(tiny_upstream
     one_device = [c.bytes for c in candidates if c.mesh is None]
     tp8 = candidates[-1]
     assert len(one_device) == 5 and tp8.mesh == (1, 8) and tp8.bytes < min(one_device)  # else no such budget
+    assert not probe._other_weights  # planning traces other meshes from shapes: no weight copies made
     budget_bytes = int((min(one_device) - 1) / 0.9)  # below every one-device plan, margin included
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", max_memory=budget_bytes)
     z = torch.randn(SHAPE, generator=torch.Generator().manual_seed(3))
@@ -33,3 +34,6 @@ def test_planner_moves_to_more_devices_on_tp_when_tiles_do_not_fit(tiny_upstream
     assert plan.mesh is not None and plan.mesh[1] > 1 and plan.name.startswith("whole on dp=1,tp=")
     assert dict(vae.mesh.shape) == {"dp": 1, "tp": 1}  # the VAE's own mesh is unchanged
     assert_close(got, probe.decode(z).sample, atol=1e-5, label=f"planned {plan.name} vs one device")
+    assert list(vae._other_weights) == [plan.mesh]  # only the chosen mesh got the weights
+    vae.clear_compiled()
+    assert not vae._other_weights
