@@ -96,6 +96,17 @@ class Item:
         return cls(d["source"], int(d["index"]), d["output"], tuple(int(v) for v in d["shape"]))
 
 
+def padded_size(count: int, batch_size: int, dp: int) -> int:
+    """The batch a shape with ``count`` videos runs at: ``batch_size``, or fewer when the shape has fewer videos.
+
+    Always a multiple of ``dp`` (each ``dp`` slice of the mesh takes whole
+    videos), so a short last run is padded with zeros, never a new program.
+    """
+    if min(count, batch_size, dp) < 1:
+        raise ValueError(f"count, batch size and dp must be at least 1, got {count}, {batch_size}, {dp}")
+    return min(-(-batch_size // dp) * dp, -(-count // dp) * dp)
+
+
 def batches(items: Sequence[Item], batch_size: int) -> list[list[Item]]:
     """Items grouped by shape (in order of first appearance), cut into runs of at most ``batch_size``."""
     if batch_size < 1:

@@ -46,34 +46,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             work = _scan(args, vae, sources, out_dir)
     work = distributed.share_json(work)
     items = [batch.Item.from_dict(d) for d in work["items"]]
-    failed: list[dict[str, str]] = list(work["failed"])
+    failed: list[dict[str, Any]] = list(work["failed"])
     runs = batch.batches(items, size)
-    shapes = sorted({(size, *item.shape[1:]) for item in items})
+    # One program per latent shape, at the batch its runs share.
+    counts: dict[tuple[int, ...], int] = {}
+    for item in items:
+        counts[item.shape] = counts.get(item.shape, 0) + 1
+    batch_of = {s: batch.padded_size(n, size, vae.mesh.shape["dp"]) for s, n in counts.items()}
+    shapes = sorted((batch_of[s], *s[1:]) for s in counts)
 
     if args.dry_run:
         return _dry_run(args, vae, load, work, shapes, size)
 
     raw = args.format in ("npy", "safetensors")
+    kind = "decode" if raw else "frames"
     written: list[str] = []
     compile_s = 0.0
     with Stage("decode", len(items), "video", args.quiet) as bar:
         for run_items in runs:
-            shape = (size, *run_items[0].shape[1:])
+            shape = (batch_of[run_items[0].shape], *run_items[0].shape[1:])
             z, unread = None, {}
-            if _cli.is_primary():
-                z, unread = _read_run(args, vae, run_items, shape)
+            with _cli.together(f"reading latents for shape {shape}"):
+                if _cli.is_primary():
+                    z, unread = _read_run(args, vae, run_items, shape)
             z = distributed.share_array(z)
             try:
                 with _cli.together(f"decoding latents of shape {shape}"):
                     t0 = time.perf_counter()
                     _cli.retry_out_of_memory(
-                        args, vae, shape, "decode" if raw else "frames", "compiling the decode of",
+                        args, vae, shape, kind, "compiling the decode of",
                         lambda: vae.compile_decode(shape, frames=not raw),
                     )
                     compile_s += time.perf_counter() - t0
-                    host, finite = _cli.retry_out_of_memory(
-                        args, vae, shape, "decode" if raw else "frames", "decoding latents of",
-                        lambda: _decode(vae, z, raw),
+                    out = _cli.retry_out_of_memory(
+                        args, vae, shape, kind, "decoding latents of", lambda: _decode(vae, z, raw)
                     )
             except Exception as e:  # every process leaves `together` the same way: all go on
                 if isinstance(e, _cli.PeerFailed) and e.code == _cli.EXIT_INTERRUPTED:
@@ -83,19 +89,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 failed += _failures(run_items, _cli.one_line(e), bar)
                 bar.tick(len(run_items))
                 continue
-            if _cli.is_primary():
-                for i, item in enumerate(run_items):
-                    error = unread.get(item.source)
-                    if error is None and not finite[i]:
-                        error = _cli.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max()))
-                    if error is None:
-                        error = _write(args, item, host[i])
-                    if error is None:
-                        written.append(item.output)
-                    else:
-                        failed += _failures([item], error, bar)
-                    bar.tick()
-                    _cli.check_interrupted()
+            host, finite = _gather(out, raw)  # a collective: outside `together`, after all decoded
+            del out
+            with _cli.together(f"writing the videos of shape {shape}"):
+                if _cli.is_primary():
+                    for i, item in enumerate(run_items):
+                        error = unread.get(item.source)
+                        if error is None and not finite[i]:
+                            error = _cli.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max()))
+                        if error is None:
+                            error = _write(args, item, host[i])
+                        if error is None:
+                            written.append(item.output)
+                        else:
+                            failed += _failures([item], error, bar)
+                        bar.tick()
+                        _cli.check_interrupted()
     if show_memory:
         memory.report("decode")
     import jax
@@ -143,6 +152,9 @@ def _find_inputs(args: argparse.Namespace, out_dir: Path) -> list[Path]:
         raise UsageError(f"--output-dir {str(out_dir)!r} exists and is not a folder")
     if not out_dir.exists() and not out_dir.parent.is_dir():
         raise UsageError(f"--output-dir {str(out_dir)!r}: its parent folder does not exist")
+    folder = out_dir if out_dir.exists() else out_dir.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"--output-dir {str(out_dir)!r}: {str(folder)!r} is not writable")
     return sources
 
 
@@ -159,8 +171,17 @@ def _prepared(args: argparse.Namespace, vae, source: str) -> np.ndarray:
 
 
 def _scan(args: argparse.Namespace, vae, sources: list[str], out_dir: Path) -> dict[str, Any]:
-    """Reads each input once: its videos as work items, or why it is skipped. Process 0 only."""
+    """Reads each input once: its videos as work items, or why it is skipped. Process 0 only.
+
+    Raises:
+        UsageError: two videos would write one output (``clip_1`` of a file
+            of several videos and a file ``clip_1``), an output would
+            replace an input, or outputs exist (without ``--skip-existing``
+            or ``--overwrite``).
+    """
     items, failed, skipped, existing = [], [], [], []
+    inputs = {os.path.realpath(source) for source in sources}
+    writers: dict[str, str] = {}
     with Stage("read", len(sources), "file", args.quiet) as bar:
         for source in sources:
             try:
@@ -171,6 +192,14 @@ def _scan(args: argparse.Namespace, vae, sources: list[str], out_dir: Path) -> d
                 continue
             for i in range(z.shape[0]):
                 output = out_dir / batch.output_name(Path(source), i, z.shape[0], args.format)
+                who = f"{source} (video {i})" if z.shape[0] > 1 else source
+                if os.path.realpath(output) in inputs:
+                    raise UsageError(f"the output of {who!r} would be {str(output)!r}, one of the inputs; "
+                                     "pick another --output-dir or --format")
+                if str(output) in writers:
+                    raise UsageError(f"{writers[str(output)]!r} and {who!r} would both write {str(output)!r}; "
+                                     "decode them in separate runs or rename one")
+                writers[str(output)] = who
                 if os.path.lexists(output):
                     if args.skip_existing:
                         skipped.append(str(output))
@@ -198,24 +227,30 @@ def _read_run(args: argparse.Namespace, vae, items: list[batch.Item], shape: tup
                 cache = {item.source: _prepared(args, vae, item.source)}  # files of several videos: read once
             one = cache[item.source][item.index : item.index + 1]
             if one.shape != item.shape:
-                raise UsageError(f"{item.source!r} changed while this command ran (now {one.shape})")
+                raise ValueError(f"{item.source!r} changed while this command ran (now {one.shape})")
             z[i] = one[0]
         except (ValueError, OSError) as e:
             unread[item.source] = _cli.one_line(e)
     return z, unread
 
 
-def _decode(vae, z: np.ndarray, raw: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Host copies of the batch's output and its per-video finite flags (every process gathers)."""
+def _decode(vae, z: np.ndarray, raw: bool):
+    """The batch's output on device, finished (an out-of-memory error surfaces here, not in the gather)."""
     import jax
 
+    if raw:
+        return jax.block_until_ready(vae.decode_jax(z).astype(jax.numpy.float32))
+    return jax.block_until_ready(vae.decode_frames_jax(z))
+
+
+def _gather(out, raw: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Host copies of `_decode`'s output and its per-video finite flags; every process must call it."""
     from cogvideox_torchax import distributed
 
     if raw:
-        out = jax.block_until_ready(vae.decode_jax(z)).astype(jax.numpy.float32)
         host = distributed.to_host(out)
         return host, np.isfinite(host).reshape(host.shape[0], -1).all(axis=1)
-    frames, finite = jax.block_until_ready(vae.decode_frames_jax(z))
+    frames, finite = out
     return distributed.to_host(frames), distributed.to_host(finite)
 
 
@@ -229,20 +264,26 @@ def _write(args: argparse.Namespace, item: batch.Item, one: np.ndarray) -> str |
         with video.StagedOutputs([output], overwrite=args.overwrite) as staged:
             video.write_video_to(staged.temps[0], args.format, one, fps=args.fps, crf=args.crf)
             staged.commit()
-    except (ValueError, OSError) as e:
+    except Exception as e:  # this video failed; the run goes on (KeyboardInterrupt still ends it)
         return _cli.one_line(e)
     return None
 
 
-def _failures(items: list, error: str, bar: Stage) -> list[dict[str, str]]:
-    """Reports each failed input (a path or an `Item`) on stderr (process 0); returns them for the summary."""
+def _failures(items: list, error: str, bar: Stage) -> list[dict[str, Any]]:
+    """Reports each failed input (a path, or an `Item`: a video of a file) on stderr (process 0); returns them."""
     out = []
     for item in items:
-        source = item if isinstance(item, str) else item.source
+        if isinstance(item, str):
+            entry: dict[str, Any] = {"input": item, "error": error}
+            name = item
+        else:
+            entry = {"input": item.source, "video": item.index, "output": item.output, "error": error}
+            name = f"{item.source} -> {item.output}"
         if _cli.is_primary():
-            bar.write(f"failed: {source}: {error}")
-        out.append({"input": source, "error": error})
+            bar.write(f"failed: {name}: {error}")
+        out.append(entry)
     return out
+
 
 
 def _dry_run(args, vae, load: Stage, work: dict[str, Any], shapes: list[tuple[int, ...]], size: int) -> dict[str, Any]:
@@ -255,6 +296,8 @@ def _dry_run(args, vae, load: Stage, work: dict[str, Any], shapes: list[tuple[in
     return {
         "many": True,
         "dry_run": True,
+        # As a real run would end: some inputs cannot be decoded.
+        "exit_code": _cli.EXIT_SOME_FAILED if work["failed"] else _cli.EXIT_OK,
         "videos": len(work["items"]),
         "skipped": work["skipped"],
         "failed": work["failed"],
@@ -272,6 +315,8 @@ def print_summary(s: dict[str, Any]) -> None:
         print(f"{s['videos']} videos to decode ({s['dtype']}, mesh {s['mesh']}, batches of {s['batch_size']}):")
         for shape, plan in s["memory_plans"].items():
             print(f"  {shape}: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device; nothing run")
+        for f in s["failed"]:
+            print(f"  cannot decode {f['input']}: {f['error']}", file=sys.stderr)
         return
     rate = f"{s['videos_per_s']:.3f} videos/s" if s["videos_per_s"] is not None else "-"
     print(

@@ -103,6 +103,89 @@ def test_bad_many_latents_arguments_write_nothing(tmp_path, capsys, extra, messa
     assert_bad_input(main, tmp_path, capsys, [*argv, *TINY], message)
 
 
+def test_outputs_that_clash_or_replace_inputs_are_refused(tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    save_file({"latents": _z((2, 4, 1, 2, 2), seed=0)}, tmp_path / "in" / "clip.safetensors")  # clip_0, clip_1
+    save_file({"latents": _z((1, 4, 1, 2, 2), seed=1)}, tmp_path / "in" / "clip_1.safetensors")
+    argv = [str(tmp_path / "in"), "--output-dir", str(tmp_path / "o"), *TINY]
+    assert_bad_input(main, tmp_path, capsys, argv, r"video 1\)' and '.*clip_1.safetensors' would both write")
+    (tmp_path / "in" / "clip.safetensors").unlink()
+    # Raw safetensors outputs into the inputs' own folder would replace them, --overwrite or not.
+    argv = [str(tmp_path / "in"), "--output-dir", str(tmp_path / "in"), "--format", "safetensors", *TINY]
+    assert_bad_input(main, tmp_path, capsys, [*argv, "--overwrite"], "one of the inputs")
+    # --format names what --output-dir writes; --output's extension says it for one video.
+    argv = [str(tmp_path / "in" / "clip_1.safetensors"), "-o", str(tmp_path / "x.mp4"), "--format", "npy", *TINY]
+    assert_bad_input(main, tmp_path, capsys, argv, "--format goes with --output-dir")
+
+
+def test_dry_run_plans_each_shape_and_reports_bad_inputs(tmp_path, capsys):
+    _inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    code = main([str(tmp_path / "in"), "--output-dir", str(out), "--batch-size", "4", "--dry-run", *TINY, "--json"])
+    captured = capsys.readouterr()
+    assert code == 4, captured.err  # as the run would end: bad.safetensors cannot be decoded
+    summary = json.loads(captured.out)
+    assert [f["input"] for f in summary["failed"]] == [str(tmp_path / "in" / "bad.safetensors")]
+    # A shape with fewer videos than --batch-size runs at its own count: 2 pair videos, 3 others.
+    assert sorted(summary["memory_plans"]) == ["[2, 4, 2, 4, 4]", "[3, 4, 3, 4, 6]"]
+    assert all(p["name"] == "whole" for p in summary["memory_plans"].values())
+    assert not out.exists()
+
+
+def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_path, capsys, monkeypatch):
+    from cogvideox_torchax import decode_many, video
+
+    z = _inputs(tmp_path / "in")
+    (tmp_path / "in" / "bad.safetensors").unlink()
+    reads: dict[str, int] = {}
+    prepared, decode, write = decode_many._prepared, decode_many._decode, video.write_video_to
+
+    def changing(args, vae, source):  # v1 changes between the scan and its batch's read
+        reads[source] = reads.get(source, 0) + 1
+        if source.endswith("v1.safetensors") and reads[source] > 1:
+            raise ValueError("v1 is now garbage")
+        return prepared(args, vae, source)
+
+    def failing_decode(vae, zb, raw):  # the pair's batch fails on device
+        if zb.shape[2] == 2:
+            raise RuntimeError("device lost")
+        return decode(vae, zb, raw)
+
+    def failing_write(path, kind, one, **kw):  # v2's write fails in a way of its own
+        if "v2" in str(path):
+            raise RuntimeError("disk said no")
+        return write(path, kind, one, **kw)
+
+    monkeypatch.setattr(decode_many, "_prepared", changing)
+    monkeypatch.setattr(decode_many, "_decode", failing_decode)
+    monkeypatch.setattr(video, "write_video_to", failing_write)
+    out = tmp_path / "out"
+    code = main([str(tmp_path / "in"), "--output-dir", str(out), "--format", "npy", "--batch-size", "3", *TINY, "--json"])
+    captured = capsys.readouterr()
+    assert code == 4, captured.err
+    failed = {(f["input"].rsplit("/", 1)[-1], f.get("video")): f["error"] for f in json.loads(captured.out)["failed"]}
+    assert failed == {
+        ("v1.safetensors", 0): "v1 is now garbage",
+        ("v2.safetensors", 0): "RuntimeError: disk said no",
+        ("pair.safetensors", 0): "RuntimeError: device lost",
+        ("pair.safetensors", 1): "RuntimeError: device lost",
+    }
+    assert "failed: " + str(tmp_path / "in" / "pair.safetensors") + " -> " in captured.err
+    # Only v0 was written, whole and right; no temporary left behind.
+    assert sorted(p.name for p in out.iterdir()) == ["v0.npy"]
+    vae = ct.wrap(ct.random_upstream("tiny", seed=0), mesh="dp=1,tp=1")
+    assert_close(np.load(out / "v0.npy"), vae.decode(z["v0"] / SCALING).sample.numpy()[0], atol=1e-5, label="v0")
+
+
+def test_padded_size_is_the_shape_count_or_the_batch_size_in_dp_multiples():
+    assert batch.padded_size(3, 8, 1) == 3
+    assert batch.padded_size(3, 8, 2) == 4
+    assert batch.padded_size(10, 8, 2) == 8
+    assert batch.padded_size(10, 3, 2) == 4  # --batch-size 3 on dp=2: runs of 3, padded to 4
+    with pytest.raises(ValueError):
+        batch.padded_size(0, 8, 1)
+
+
 def test_expand_inputs_folders_patterns_and_duplicates(tmp_path):
     for name in ("b.safetensors", "a.safetensors", "c.txt"):
         (tmp_path / name).write_bytes(b"")
