@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per layout before its processes are ended")
     p.add_argument("--worker", nargs=3, metavar=("COORDINATOR", "PROCESSES", "INDEX"), help=argparse.SUPPRESS)
     return p
 
@@ -91,7 +92,13 @@ def _run_layout(args: argparse.Namespace, processes: int, devices: int) -> dict:
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(processes)
     ]
-    outs = [p.communicate() for p in procs]
+    deadline = time.monotonic() + args.timeout
+    try:
+        outs = [p.communicate(timeout=max(deadline - time.monotonic(), 1.0)) for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        raise SystemExit(f"layout {processes}x{devices} did not finish within --timeout {args.timeout:g} s") from None
     for p, (_, err) in zip(procs, outs, strict=True):
         if p.returncode != 0:
             raise SystemExit(f"layout {processes}x{devices} failed (exit {p.returncode}):\n{err[-3000:]}")

@@ -58,7 +58,8 @@ def make_mesh(
             ``tp``; ``"dp=2,tp=4"``;
             a ``(dp, tp)`` pair; or a ready `jax.sharding.Mesh` whose axis
             names are ``("dp", "tp")``.
-        devices: devices to use; default ``jax.devices()``.
+        devices: devices to use; default ``jax.devices()``. Their order is
+            not kept (process, then id); pass a `Mesh` to choose it.
 
     Returns:
         The mesh, devices in process order then id (``tp`` inner); with fewer
