@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -341,6 +342,19 @@ class Stage:
             check_interrupted()
 
 
+def load_together(args: argparse.Namespace, show_memory: bool):
+    """The compile cache and the "load" stage on every process (`together`). Returns ``(cache_dir, vae, stage)``.
+
+    Under jax.distributed the processes then agree on the memory budget
+    (a collective, so here rather than at the first plan inside a step).
+    """
+    with together("loading the model"):
+        cache_dir = compile_cache_from_args(args)
+        vae, stage = load_stage(args, show_memory)
+    vae.memory_budget()
+    return cache_dir, vae, stage
+
+
 def load_stage(args: argparse.Namespace, show_memory: bool):
     """The "load" stage: the model on its devices. Returns ``(vae, stage)``."""
     import jax
@@ -371,7 +385,7 @@ def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[in
 
 def plan_stage(vae, shape: tuple[int, ...], kind: str, args: argparse.Namespace, load: Stage) -> dict[str, Any]:
     """``--dry-run``'s "plan" stage: the memory plan of ``shape`` (compiled, not run) and its summary fields."""
-    with out_of_memory_as_exit_3(f"planning the {kind} of", shape):
+    with together("planning"), out_of_memory_as_exit_3(f"planning the {kind} of", shape):
         with Stage("plan", 1, "shape", args.quiet) as stage:
             plan = vae.memory_plan(tuple(shape), kind=kind)
             stage.tick()
@@ -450,43 +464,78 @@ def _size_flag(n: float) -> str:
     return f"{math.ceil(n / 2**20)}MiB"
 
 
+def _attempt(run: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    try:
+        return run(), None
+    except BaseException as e:  # reported to the other processes before anyone leaves
+        return None, e
+
+
+def _settle(result: Any, error: BaseException | None, what: str) -> Any:
+    """``result`` if every process succeeded, else raises with the agreed code (a collective when distributed)."""
+    codes = _gather_codes(EXIT_OK if error is None else exit_code(error))
+    if agreed_code(codes) == EXIT_OK:
+        return result
+    if error is not None and exit_code(error) == agreed_code(codes):
+        raise error
+    raise _peer_failed(codes, what, own=error)
+
+
 def retry_out_of_memory(args: argparse.Namespace, vae, shape: tuple[int, ...], kind: str, what: str, run: Callable[[], Any]) -> Any:
     """``run()``, turning out-of-memory into `OutOfMemory`; with ``--max-memory auto``, once more on the next plan first.
 
     A plan is chosen from compiled bytes against what the device says it
     has; if the device then runs out anyway, the next smaller plan is tried
     once (a warning line says so) before giving up with exit code 3. Under
-    jax.distributed every process calls it and all agree: if any ran out
-    (and none failed otherwise), all retry on the same next plan.
+    jax.distributed every process calls it and all agree after each step
+    (the run, the new plan, the second run): if any ran out (and none failed
+    otherwise), all retry on the same next plan; otherwise all leave with
+    one code.
     """
     from cogvideox_torchax import budget
 
     shape = tuple(shape)
     auto = budget.parse_memory(args.max_memory) is None
-    error: BaseException | None = None
-    try:
+
+    def first() -> Any:
         with out_of_memory_as_exit_3(what, shape, vae, None if auto else kind):
-            result = run()
-    except BaseException as e:  # every process reports, then leaves or retries with the others
-        error = e
+            return run()
+
+    result, error = _attempt(first)
     codes = _gather_codes(EXIT_OK if error is None else exit_code(error))
     if agreed_code(codes) == EXIT_OK:
         return result
-    if not auto or agreed_code(codes) != EXIT_OUT_OF_MEMORY or set(codes) - {EXIT_OK, EXIT_OUT_OF_MEMORY}:
-        raise error if error is not None else _peer_failed(codes, what)
+    retry = auto and set(codes) <= {EXIT_OK, EXIT_OUT_OF_MEMORY}
+    if _process_count() == 1 and vae.planned(shape, kind=kind) is None:
+        retry = False  # no plan fits at all (MemoryBudgetError): planning again finds none either
+    if not retry:
+        if error is not None and exit_code(error) == agreed_code(codes):
+            raise error
+        raise _peer_failed(codes, what, own=error)
     failed = vae.planned(shape, kind=kind)
-    try:
+
+    def plan_again() -> Any:
         with out_of_memory_as_exit_3("planning again for", shape):
-            plan = vae.next_plan(shape, kind=kind)
-    except (budget.MemoryBudgetError, OutOfMemory):
-        raise error if error is not None else _peer_failed(codes, what) from None
+            return vae.next_plan(shape, kind=kind)
+
+    plan, plan_error = _attempt(plan_again)
+    plan_codes = _gather_codes(EXIT_OK if plan_error is None else exit_code(plan_error))
+    if agreed_code(plan_codes) != EXIT_OK:
+        # No smaller plan (every process plans alike), or planning failed: the first failure stands.
+        if error is not None:
+            raise error
+        raise _peer_failed(codes, what, own=plan_error)
     warn_once(
         f"out of memory running the {failed.name if failed else 'planned'} program for {shape}; "
         f"retrying once with the {plan.name} plan ({budget.human(plan.bytes)})",
         args.quiet,
     )
-    with out_of_memory_as_exit_3(what, shape, vae, kind):
-        return run()
+
+    def second() -> Any:
+        with out_of_memory_as_exit_3(what, shape, vae, kind):
+            return run()
+
+    return _settle(*_attempt(second), what)
 
 
 def nonfinite_cause(vae, what: str, input_largest: float) -> str:
@@ -608,7 +657,9 @@ def main(
         return EXIT_INTERRUPTED
     except Exception as e:  # one line for the user; the traceback with --debug
         if args.debug and not isinstance(e, PeerFailed):
-            raise
+            if _process_count() == 1:
+                raise
+            traceback.print_exception(e)  # and leave with the code the others agreed on
         own = e.own if isinstance(e, PeerFailed) else e
         if own is not None:
             print(f"error: {one_line(own)}", file=sys.stderr)

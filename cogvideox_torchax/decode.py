@@ -169,9 +169,7 @@ def _dry_run(args: argparse.Namespace, z, show_memory: bool) -> dict[str, Any]:
     """Loads the model and plans the decode's memory (compiling, not running); writes nothing."""
     from cogvideox_torchax import latents
 
-    with _cli.together("loading the model"):
-        _cli.compile_cache_from_args(args)
-        vae, load = _cli.load_stage(args, show_memory)
+    _, vae, load = _cli.load_together(args, show_memory)
     z, layout = latents.prepare(
         z, vae.config.latent_channels, vae.config.scaling_factor, layout=args.layout, unscale=args.unscale
     )
@@ -187,9 +185,7 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
 
     from cogvideox_torchax import distributed
 
-    with _cli.together("loading the model"):
-        cache_dir = _cli.compile_cache_from_args(args)
-        vae, load = _cli.load_stage(args, show_memory)
+    cache_dir, vae, load = _cli.load_together(args, show_memory)
     config = vae.config
     z, layout = latents.prepare(
         z, config.latent_channels, config.scaling_factor, layout=args.layout, unscale=args.unscale
@@ -203,10 +199,7 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
     program = "frames" if on_device_frames else "decode"
     batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
 
-    def compile_and_decode():
-        compile_stage, cache_events = _cli.compile_stage(
-            lambda shape: vae.compile_decode(shape, frames=on_device_frames), z.shape, args, show_memory
-        )
+    def decode_all():
         with Stage("decode", batch * frames_per_video, "frame", args.quiet) as decode:
             # One compiled program decodes the whole batch; the bar completes
             # when it returns.
@@ -215,11 +208,19 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
             else:
                 out = (jax.block_until_ready(vae.decode_jax(z)), None)
             decode.tick(batch * frames_per_video)
-        return compile_stage, cache_events, decode, out
+        return decode, out
 
+    # Compiled, then run, each agreed by every process (a process whose
+    # compile failed must not leave the others inside the program).
     with _cli.together("compiling and decoding"):
-        compile_stage, cache_events, decode, (decoded, finite) = _cli.retry_out_of_memory(
-            args, vae, z.shape, program, "decoding latents of", compile_and_decode
+        compile_stage, cache_events = _cli.retry_out_of_memory(
+            args, vae, z.shape, program, "compiling the decode of",
+            lambda: _cli.compile_stage(
+                lambda shape: vae.compile_decode(shape, frames=on_device_frames), z.shape, args, show_memory
+            ),
+        )
+        decode, (decoded, finite) = _cli.retry_out_of_memory(
+            args, vae, z.shape, program, "decoding latents of", decode_all
         )
     if show_memory:
         memory.report("decode")
@@ -244,8 +245,9 @@ def _decode(args: argparse.Namespace, z, kind: str, staged, show_memory: bool) -
             memory.report("write")
         _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
     # Moved in only once every process has come through the step.
-    if staged is not None:
-        staged.commit()
+    with _cli.together("moving the outputs in"):
+        if staged is not None:
+            staged.commit()
     outputs = video.output_paths(Path(args.output), batch)
 
     return {

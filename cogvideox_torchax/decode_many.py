@@ -25,6 +25,8 @@ from cogvideox_torchax._cli import Stage, UsageError
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Decodes every input into ``args.output_dir``; returns the summary (``exit_code`` 4 if some failed)."""
+    import jax
+
     from cogvideox_torchax import distributed, memory
 
     show_memory = args.memory_report or memory.enabled_by_env()
@@ -35,9 +37,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sources = [str(p) for p in _find_inputs(args, out_dir)]
     sources = distributed.share_json(sources)
 
-    with _cli.together("loading the model"):
-        cache_dir = _cli.compile_cache_from_args(args)
-        vae, load = _cli.load_stage(args, show_memory)
+    cache_dir, vae, load = _cli.load_together(args, show_memory)
     size = args.batch_size or vae.mesh.shape["dp"]
 
     work: dict[str, Any] = {}
@@ -84,19 +84,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             except Exception as e:  # every process leaves `together` the same way: all go on
                 if isinstance(e, _cli.PeerFailed) and e.code == _cli.EXIT_INTERRUPTED:
                     raise
-                if args.debug and not isinstance(e, _cli.PeerFailed):
+                if args.debug and not isinstance(e, _cli.PeerFailed) and jax.process_count() == 1:
                     raise
                 failed += _failures(run_items, _cli.one_line(e), bar)
                 bar.tick(len(run_items))
                 continue
             host, finite = _gather(out, raw)  # a collective: outside `together`, after all decoded
             del out
+            # Every process, as it looks at the weights (which span them all).
+            nonfinite = {
+                i: _cli.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max()))
+                for i in range(len(run_items))
+                if not finite[i]
+            }
             with _cli.together(f"writing the videos of shape {shape}"):
                 if _cli.is_primary():
                     for i, item in enumerate(run_items):
-                        error = unread.get(item.source)
-                        if error is None and not finite[i]:
-                            error = _cli.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max()))
+                        error = unread.get(item.source) or nonfinite.get(i)
                         if error is None:
                             error = _write(args, item, host[i])
                         if error is None:
@@ -107,8 +111,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         _cli.check_interrupted()
     if show_memory:
         memory.report("decode")
-    import jax
-
     code = _cli.EXIT_SOME_FAILED if failed else _cli.EXIT_OK
     return {
         "many": True,

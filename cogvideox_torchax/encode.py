@@ -120,9 +120,7 @@ def _dry_run(args: argparse.Namespace, size: tuple[int, int] | None) -> dict[str
     from cogvideox_torchax import memory
 
     x, _, _ = _read(args, size, quiet=True)
-    with _cli.together("loading the model"):
-        _cli.compile_cache_from_args(args)
-        vae, load = _cli.load_stage(args, args.memory_report or memory.enabled_by_env())
+    _, vae, load = _cli.load_together(args, args.memory_report or memory.enabled_by_env())
     vae.check_video(x.shape)
     return {**_cli.plan_stage(vae, x.shape, "encode", args, load), "video_shape": list(x.shape)}
 
@@ -137,26 +135,26 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, staged) -> d
     import numpy as np
     import torch
 
-    with _cli.together("loading the model"):
-        cache_dir = _cli.compile_cache_from_args(args)
-        vae, load = _cli.load_stage(args, show_memory)
+    cache_dir, vae, load = _cli.load_together(args, show_memory)
     vae.check_video(x.shape)
 
     num_frames = x.shape[2]
 
-    def compile_and_encode():
-        compile_stage, cache_events = _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory)
+    def encode_all():
         with Stage("encode", num_frames, "frame", args.quiet) as encode:
             # One compiled program encodes the whole video; the bar completes
             # when it returns.
             moments = jax.block_until_ready(vae.encode_jax(x))
             encode.tick(num_frames)
-        return compile_stage, cache_events, encode, moments
+        return encode, moments
 
+    # Compiled, then run, each agreed by every process.
     with _cli.together("compiling and encoding"):
-        compile_stage, cache_events, encode, moments = _cli.retry_out_of_memory(
-            args, vae, x.shape, "encode", "encoding video of", compile_and_encode
+        compile_stage, cache_events = _cli.retry_out_of_memory(
+            args, vae, x.shape, "encode", "compiling the encode of",
+            lambda: _cli.compile_stage(vae.compile_encode, x.shape, args, show_memory),
         )
+        encode, moments = _cli.retry_out_of_memory(args, vae, x.shape, "encode", "encoding video of", encode_all)
     # Every process takes part in gathering the moments (outside `together`:
     # a collective); only process 0 writes.
     posterior = vae.latent_dist(moments)
@@ -189,8 +187,9 @@ def _encode(args: argparse.Namespace, size: tuple[int, int] | None, staged) -> d
             memory.report("write")
         _cli.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
     # Moved in only once every process has come through the step.
-    if staged is not None:
-        staged.commit()
+    with _cli.together("moving the output in"):
+        if staged is not None:
+            staged.commit()
 
     return {
         "input": str(args.video),

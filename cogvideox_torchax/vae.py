@@ -449,9 +449,22 @@ class TorchaxVAE:
         key = (kind, shape)
         if key in self._memory_plans:
             return self._memory_plans[key]
-        limit, source = (self._max_memory, "max_memory") if self._max_memory is not None else self._device_capacity()
+        limit, source = self.memory_budget()
         return self._plan(kind, shape, budget.usable(limit), f"({source} {budget.human(limit)} less "
                           f"{budget.SAFETY_MARGIN:.0%} margin)")
+
+    def memory_budget(self) -> tuple[int, str]:
+        """The per-device bytes plans must fit (before `budget.SAFETY_MARGIN`), and where the figure comes from.
+
+        ``max_memory`` as given, or for ``"auto"`` the device's capacity
+        (`budget.device_capacity`). Under jax.distributed the capacity is the
+        least over every process, asked once: a collective, so every process
+        must make its first call together (the command lines do, right after
+        loading the model; otherwise the first plan does).
+        """
+        if self._max_memory is not None:
+            return self._max_memory, "max_memory"
+        return self._device_capacity()
 
     def _device_capacity(self) -> tuple[int, str]:
         # Under jax.distributed every process must choose the same plan (they
@@ -481,16 +494,22 @@ class TorchaxVAE:
         shape = tuple(shape)
         failed = self.memory_plan(shape, kind=kind)
         self._memory_plans.pop((kind, shape))
-        if choose:
-            self._drop(kind, shape, failed.tiling, failed.mesh)
+        executables = self._program(tiling=failed.tiling, mesh=failed.mesh).executables
+        kept = executables.get((kind, shape))
         try:
             smaller = self._plan(kind, shape, failed.bytes - 1, f"(below the {failed.name} plan's "
                                  f"{budget.human(failed.bytes)}, which ran out of memory)")
         finally:
-            if not choose:
+            if not choose:  # as it was: the plan and its executable
                 self._memory_plans[(kind, shape)] = failed
+                if kept is not None:
+                    executables[(kind, shape)] = kept
         if not choose:
             self._drop(kind, shape, smaller.tiling, smaller.mesh)
+            return smaller
+        self._drop(kind, shape, failed.tiling, failed.mesh)
+        if failed.mesh is not None and all(p.mesh != failed.mesh for p in self._memory_plans.values()):
+            self._other_weights.pop(failed.mesh, None)  # no plan runs there now: its weight copy goes
         return smaller
 
     def _plan(self, kind: str, shape: tuple[int, ...], usable: int, why: str) -> budget.MemoryPlan:

@@ -65,9 +65,15 @@ class _FakeVAE:
 def test_out_of_memory_on_a_peer_makes_all_retry_on_the_next_plan(peers):
     vae, ran = _FakeVAE(), []
     args = argparse.Namespace(max_memory="auto", quiet=True)
-    peers.append(3)  # this process's run went through; the peer's ran out
+    peers.extend([3, 0, 0])  # this process's run went through; the peer's ran out, then planned and ran
     out = _cli.retry_out_of_memory(args, vae, (1, 4, 2, 4, 4), "decode", "decoding", lambda: ran.append(vae.plan.name))
-    assert ran == ["whole", "tiles of 2x2 latents"] and out is None
+    assert ran == ["whole", "tiles of 2x2 latents"] and out is None and not peers  # agreed after each step
+
+    vae, ran = _FakeVAE(), []
+    peers.extend([3, 0, 3])  # the peer ran out on the next plan too: this one leaves with it, exit 3
+    with pytest.raises(_cli.PeerFailed) as e:
+        _cli.retry_out_of_memory(args, vae, (1, 4, 2, 4, 4), "decode", "decoding", lambda: ran.append(1))
+    assert e.value.code == 3 and ran == [1, 1] and not peers
 
     vae, ran = _FakeVAE(), []
     peers.append(3)  # with a fixed budget nobody retries: all leave with exit 3
