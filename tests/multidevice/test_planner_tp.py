@@ -17,7 +17,17 @@ pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (simulat
 SHAPE = (1, 4, 2, 6, 40)  # four tilings (down to 7.4 MB), then tp=8 at 7.0 MB
 
 
-def test_planner_moves_to_more_devices_on_tp_when_tiles_do_not_fit(tiny_upstream):
+@pytest.fixture
+def compile_cache(tmp_path):
+    # The planning VAE compiles the probe's candidates again: from the cache, in a fraction of the time.
+    from cogvideox_torchax import compile_cache
+
+    compile_cache.enable_compile_cache(tmp_path / "cache")
+    yield
+    compile_cache.disable_compile_cache()
+
+
+def test_planner_moves_to_more_devices_on_tp_when_tiles_do_not_fit(tiny_upstream, compile_cache):
     probe = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
     candidates = probe.memory_candidates(SHAPE)
     names = [c.name for c in candidates]
