@@ -168,13 +168,9 @@ def together(what: str) -> Iterator[None]:
     try:
         yield
     except BaseException as e:
-        codes = _gather_codes(exit_code(e))
-        if agreed_code(codes) != exit_code(e):
-            raise _peer_failed(codes, what, own=e) from e
-        raise
-    codes = _gather_codes(EXIT_OK)
-    if agreed_code(codes) != EXIT_OK:
-        raise _peer_failed(codes, what)
+        _settle(None, e, what)
+        raise  # not reached: an exception's code is never EXIT_OK
+    _settle(None, None, what)
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -351,7 +347,8 @@ def load_together(args: argparse.Namespace, show_memory: bool):
     with together("loading the model"):
         cache_dir = compile_cache_from_args(args)
         vae, stage = load_stage(args, show_memory)
-    vae.memory_budget()
+    if _process_count() > 1:
+        vae.memory_budget()
     return cache_dir, vae, stage
 
 
@@ -476,6 +473,11 @@ def _settle(result: Any, error: BaseException | None, what: str) -> Any:
     codes = _gather_codes(EXIT_OK if error is None else exit_code(error))
     if agreed_code(codes) == EXIT_OK:
         return result
+    _raise_agreed(codes, error, what)
+
+
+def _raise_agreed(codes: list[int], error: BaseException | None, what: str) -> None:
+    """Raises this process's own ``error`` if its code is the agreed one, else `PeerFailed` with that code."""
     if error is not None and exit_code(error) == agreed_code(codes):
         raise error
     raise _peer_failed(codes, what, own=error)
@@ -509,9 +511,7 @@ def retry_out_of_memory(args: argparse.Namespace, vae, shape: tuple[int, ...], k
     if _process_count() == 1 and vae.planned(shape, kind=kind) is None:
         retry = False  # no plan fits at all (MemoryBudgetError): planning again finds none either
     if not retry:
-        if error is not None and exit_code(error) == agreed_code(codes):
-            raise error
-        raise _peer_failed(codes, what, own=error)
+        _raise_agreed(codes, error, what)
     failed = vae.planned(shape, kind=kind)
 
     def plan_again() -> Any:
@@ -521,10 +521,8 @@ def retry_out_of_memory(args: argparse.Namespace, vae, shape: tuple[int, ...], k
     plan, plan_error = _attempt(plan_again)
     plan_codes = _gather_codes(EXIT_OK if plan_error is None else exit_code(plan_error))
     if agreed_code(plan_codes) != EXIT_OK:
-        # No smaller plan (every process plans alike), or planning failed: the first failure stands.
-        if error is not None:
-            raise error
-        raise _peer_failed(codes, what, own=plan_error)
+        # No smaller plan (every process plans alike), or planning failed: the run's failure stands.
+        _raise_agreed(codes, error or plan_error, what)
     warn_once(
         f"out of memory running the {failed.name if failed else 'planned'} program for {shape}; "
         f"retrying once with the {plan.name} plan ({budget.human(plan.bytes)})",

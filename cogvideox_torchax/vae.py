@@ -469,8 +469,8 @@ class TorchaxVAE:
     def _device_capacity(self) -> tuple[int, str]:
         # Under jax.distributed every process must choose the same plan (they
         # run one program): the smallest capacity of any process's devices.
-        # Asked once, at the first plan, which every process makes together;
-        # one process asks at every plan (the host's free memory changes).
+        # Asked once, by every process together (the command lines right after
+        # loading); one process asks at every plan (the host's free memory changes).
         if jax.process_count() == 1:
             return budget.device_capacity(self._mesh)
         if self._capacity is None:
