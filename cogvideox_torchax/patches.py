@@ -300,12 +300,12 @@ class TimeTapCausalConv3d(CacheFirstCausalConv3d):
     the scheduler may postpone the small cache sums to the next batch, and
     every tap's full-size product they read would stay alive until then.
 
-    ``cache_inputs`` and ``state_first`` are the kernel's options of the
+    ``cache_inputs`` and ``in_order`` are the kernel's options of the
     same names; `apply_time_tap_conv` sets them on the encoder's convs.
     """
 
     cache_inputs: bool = False
-    state_first: bool = False
+    in_order: bool = False
 
     def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
         if not is_torchax(inputs) or not _time_taps_apply(self):
@@ -313,8 +313,8 @@ class TimeTapCausalConv3d(CacheFirstCausalConv3d):
         options = {}
         if self.cache_inputs:
             options["cache_inputs"] = True
-        if self.state_first:
-            options["state_first"] = True
+        if self.in_order:
+            options["in_order"] = True
         fn = functools.partial(causal_conv3d, padding_hw=tuple(self.conv.padding[1:]), **options)
         output, state = interop.torch_view(fn)(inputs, conv_cache, self.conv.weight, self.conv.bias)
         return _barrier((output, state))
@@ -326,15 +326,15 @@ def apply_time_tap_conv(vae: torch.nn.Module) -> int:
     In the encoder (``vae.encoder``, where there is one), whose caches a
     scanned encode carries across its frame batches (seven full-resolution
     ones at 128 channels, 2.3 GiB at 480x720 in fp32), each conv also adds
-    the carried state before its other taps (``state_first``), and a conv
-    with fewer input than output channels carries its input frames
-    (``cache_inputs``): ``conv_in`` 3 channels instead of 128. Compiled
-    temp of the 2b encode of 49 frames at 480x720 (fp32; default XLA:CPU
-    scheduler / memory-optimized): 11.16 / 10.84 GiB before, 10.91 / 10.42
-    with ``cache_inputs`` alone, 11.33 / 10.51 with ``state_first`` alone,
-    10.76 / 9.94 with both and `frame_scan`'s in-step slicing; the 9-frame
-    encode (one batch) is unchanged, 7.76 / 7.42 GiB. The decoder's convs
-    are left as they were (its programs are unchanged).
+    the carried state and then each tap's product before the next tap
+    (``in_order``), and a conv with fewer input than output channels
+    carries its input frames (``cache_inputs``): ``conv_in`` 3 channels
+    instead of 128. Compiled temp of the 2b encode at 480x720 (fp32,
+    default XLA:CPU scheduler), 9 / 49 frames: 7.42 / 10.26 GiB; 7.42 /
+    11.25 without ``in_order`` (in the scan step, two products alive at
+    once and every kernel slice transposed at its start). The decoder's
+    convs are left free: in_order on them leaves the decode of 13 latent
+    frames at 480x720 at the same 14.08 GiB.
 
     Returns:
         How many modules changed in this call (0 on a second call).
@@ -343,7 +343,7 @@ def apply_time_tap_conv(vae: torch.nn.Module) -> int:
     encoder = getattr(vae, "encoder", None)
     for module in encoder.modules() if isinstance(encoder, torch.nn.Module) else ():
         if isinstance(module, TimeTapCausalConv3d):
-            module.state_first = True
+            module.in_order = True
             module.cache_inputs = module.conv.in_channels < module.conv.out_channels
     return count
 

@@ -60,7 +60,7 @@ def state_shape(x_shape: Sequence[int], weight_shape: Sequence[int], padding_hw:
     return (n, kt - 1, h + 2 * padding_hw[0] - kh + 1, w + 2 * padding_hw[1] - kw + 1, c_out)
 
 
-@functools.partial(jax.jit, static_argnames=("padding_hw", "cache_inputs", "state_first"))
+@functools.partial(jax.jit, static_argnames=("padding_hw", "cache_inputs", "in_order"))
 def causal_conv3d(
     x: jax.Array,  # (N, C_in, T, H, W)
     state: jax.Array | None,  # (N, k - 1, H_out, W_out, C_out) fp32, (N, C_in, k - 1, H, W) with cache_inputs, or None
@@ -69,7 +69,7 @@ def causal_conv3d(
     *,
     padding_hw: tuple[int, int],
     cache_inputs: bool = False,
-    state_first: bool = False,
+    in_order: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """One frame batch of a causal convolution (stride 1, zero padding in H and W).
 
@@ -82,10 +82,12 @@ def causal_conv3d(
         padding_hw: symmetric zero padding of height and width.
         cache_inputs: carry upstream's cache (the last ``k - 1`` input
             frames, ``x.dtype``) instead of the fp32 partial sums.
-        state_first: add the previous state into the output before the
-            other taps are computed, so that it is dead while they are alive
-            (a scanned loop's carried state otherwise lives through the
-            whole convolution).
+        in_order: add each addend (the previous state, then each tap's
+            product) into the output before the next tap is computed, and
+            transpose each tap's kernel slice only then. Left free, a
+            scheduler may keep the carried state alive through the whole
+            convolution, two products alive at once, or every kernel
+            slice of a scanned loop's body transposed at its start.
 
     Returns:
         ``(output, state)``: the output (N, C_out, T, H_out, W_out) in
@@ -102,18 +104,20 @@ def causal_conv3d(
     # alive: 2.45 -> 2.12 GiB per device at tp=8 (2b, 49 frames at 480x720,
     # fp32, memory-aware scheduler). XLA:CPU keeps it only with
     # `patches.KEEP_BARRIERS_COMPILER_OPTIONS`; one device is unchanged.
+    # The kernel goes behind it too, so that its per-tap slices are
+    # transposed when this conv runs, not all at the start of a scan step.
+    w = weight.astype(x.dtype)
     if cache_inputs:
         next_cache = _last_inputs(x, state, k)
         if state is not None:
             # Behind the same barrier as x, so the sums are rebuilt when this
             # batch runs, not hoisted to the start of a scan step.
-            xl, state = jax.lax.optimization_barrier((xl, state))
-            state = _sums_of_inputs(state, weight.astype(x.dtype), padding_hw)
+            xl, state, w = jax.lax.optimization_barrier((xl, state, w))
+            state = _sums_of_inputs(state, w, padding_hw)
         else:
-            xl = jax.lax.optimization_barrier(xl)
+            xl, w = jax.lax.optimization_barrier((xl, w))
     else:
-        xl = jax.lax.optimization_barrier(xl)
-    w = weight.astype(x.dtype)
+        xl, w = jax.lax.optimization_barrier((xl, w))
 
     def tap(d: int) -> jax.Array:  # (N, T, H_out, W_out, C_out), fp32
         a = jax.lax.conv_general_dilated(
@@ -128,22 +132,22 @@ def causal_conv3d(
 
     # Output frames [0, T) and the next state, frames [T, T + k - 1) of the
     # same extended sequence, are accumulated tap by tap, in place: the
-    # first tap's product is the output's buffer, and each later product
-    # dies as soon as it is added, so one product at a time is alive beside
-    # the sum (under a memory-aware scheduler).
-    out = tap(k - 1)  # lands at offset 0
-    tail = jnp.zeros((n, k - 1, *out.shape[2:]), jnp.float32)
+    # first tap's product is the output's buffer, the tail is first built
+    # from the frames that land in it (no zero-filled buffer, which XLA
+    # would share between convs and copy before each update), and each
+    # later product dies as soon as it is added.
+    out, tail = tap(k - 1), None  # lands at offset 0
     if state is not None:
-        out, tail = _add_frames(out, tail, state.astype(jnp.float32), 0)
-        if state_first:
-            out, xl = jax.lax.optimization_barrier((out, xl))
+        out, tail = _add_frames(out, tail, state.astype(jnp.float32), 0, k - 1)
     for d in range(k - 2, -1, -1):
+        if in_order:
+            out, tail, xl, w = jax.lax.optimization_barrier((out, tail, xl, w))
         a = tap(d)
-        out, tail = _add_frames(out, tail, a, k - 1 - d)
+        out, tail = _add_frames(out, tail, a, k - 1 - d, k - 1)
         if state is None:
             # Upstream's first cache is k - 1 copies of frame 0: through tap
             # d they land at 0 .. k-2-d.
-            out, tail = _add_frames(out, tail, jnp.repeat(a[:, :1], k - 1 - d, axis=1), 0)
+            out, tail = _add_frames(out, tail, jnp.repeat(a[:, :1], k - 1 - d, axis=1), 0, k - 1)
     if bias is not None:
         out = out + bias.astype(jnp.float32)
     return out.astype(x.dtype).transpose(0, 4, 1, 2, 3), next_cache if cache_inputs else tail
@@ -179,20 +183,31 @@ def _sums_of_inputs(cache: jax.Array, w: jax.Array, padding_hw: Sequence[int]) -
         )
         a = a.reshape(n, m - d, *a.shape[1:])
         if tail is None:
-            tail = jnp.zeros((n, m, *a.shape[2:]), jnp.float32)
-        tail = tail.at[:, : m - d].add(a)
+            tail = jnp.pad(a, [(0, 0), (0, d)] + [(0, 0)] * (a.ndim - 2))
+        else:
+            tail = tail.at[:, : m - d].add(a)
     return tail
 
 
-def _add_frames(out: jax.Array, tail: jax.Array, piece: jax.Array, start: int) -> tuple[jax.Array, jax.Array]:
-    """Adds ``piece`` at frames [start, start + L) of the sequence ``out`` (T frames) then ``tail``."""
+def _add_frames(
+    out: jax.Array, tail: jax.Array | None, piece: jax.Array, start: int, tail_frames: int
+) -> tuple[jax.Array, jax.Array | None]:
+    """Adds ``piece`` at frames [start, start + L) of ``out`` (T frames) then ``tail`` (``tail_frames``).
+
+    A ``tail`` of None is all zeros; the first piece landing in it makes it,
+    zero-padded to ``tail_frames``.
+    """
     t, length = out.shape[1], piece.shape[1]
     head = max(0, min(length, t - start))
     if head:
         out = out.at[:, start : start + head].add(piece[:, :head])
     if head < length:
-        begin = start + head - t
-        tail = tail.at[:, begin : begin + length - head].add(piece[:, head:])
+        begin, part = start + head - t, piece[:, head:]
+        if tail is None:
+            after = tail_frames - begin - part.shape[1]
+            tail = jnp.pad(part, [(0, 0), (begin, after)] + [(0, 0)] * (part.ndim - 2))
+        else:
+            tail = tail.at[:, begin : begin + part.shape[1]].add(part)
     return out, tail
 
 
