@@ -38,8 +38,8 @@ def _scan_batches(
     With ``slice_in_step`` each scan step slices its batch out of ``x``
     instead of scanning over a batch-major copy of the later frames (the
     encode: a copy of the video, 0.15 GiB for 49 frames at 480x720 in
-    fp32, alive through the loop; 11.16 -> 11.01 GiB of compiled temp for
-    the 2b encode). The decode keeps the copy (its latents are small).
+    fp32, alive through the loop). The decode keeps the copy (its latents
+    are small).
     """
     batch, channels, num_frames, height, width = x.shape
     first_len = per_batch + num_frames % per_batch

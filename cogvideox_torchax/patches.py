@@ -324,17 +324,16 @@ def apply_time_tap_conv(vae: torch.nn.Module) -> int:
     """Makes every `CacheFirstCausalConv3d` a `TimeTapCausalConv3d`; apply `apply_cache_first` first.
 
     In the encoder (``vae.encoder``, where there is one), whose caches a
-    scanned encode carries across its frame batches (seven full-resolution
-    ones at 128 channels, 2.3 GiB at 480x720 in fp32), each conv also adds
+    scanned encode carries across its frame batches (3.34 GiB at 480x720
+    in fp32, six full-resolution ones at 128 channels), each conv also adds
     the carried state and then each tap's product before the next tap
     (``in_order``), and a conv with fewer input than output channels
     carries its input frames (``cache_inputs``): ``conv_in`` 3 channels
     instead of 128. Compiled temp of the 2b encode at 480x720 (fp32,
     default XLA:CPU scheduler), 9 / 49 frames: 7.42 / 10.26 GiB; 7.42 /
-    11.25 without ``in_order`` (in the scan step, two products alive at
-    once and every kernel slice transposed at its start). The decoder's
-    convs are left free: in_order on them leaves the decode of 13 latent
-    frames at 480x720 at the same 14.08 GiB.
+    11.25 without ``in_order`` (in the scan step, two full-size products
+    alive at once). The decoder's convs are left free: in_order on them
+    leaves the decode of 13 latent frames at 480x720 at the same 14.08 GiB.
 
     Returns:
         How many modules changed in this call (0 on a second call).

@@ -87,7 +87,7 @@ def causal_conv3d(
             transpose each tap's kernel slice only then. Left free, a
             scheduler may keep the carried state alive through the whole
             convolution, two products alive at once, or every kernel
-            slice of a scanned loop's body transposed at its start.
+            slice transposed when the convolution starts.
 
     Returns:
         ``(output, state)``: the output (N, C_out, T, H_out, W_out) in
