@@ -123,7 +123,7 @@ def flax_2b(upstream_2b) -> FlaxVAE:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("frames", [1, 2, 3, 5])
+@pytest.mark.parametrize("frames", [1, 2, 3])  # 3 chains one later batch; longer chains on the tiny config
 def test_2b_matches_upstream(upstream_2b, reference_2b, flax_2b, frames):
     """The real architecture; upstream's decodes are shared with tests/test_parity.py."""
     assert not upstream_2b.config.use_post_quant_conv  # the real config decodes without one
