@@ -36,7 +36,7 @@ def test_no_plan_fits_is_exit_3_before_anything_is_written(tmp_path, capsys):
     err = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
     assert err.startswith("error: no plan for the decode of (1, 4, 1, 8, 12) fits 0.4 MiB per device")
     whole = re.search(r": whole (\d+\.\d) MiB; tiles of", err)
-    assert whole and 0.45 < float(whole.group(1)) < 4, err
+    assert whole and 0.43 < float(whole.group(1)) < 4, err  # over the 450,000 bytes usable (0.43 MiB)
     assert sorted(tmp_path.rglob("*")) == before
 
 
