@@ -65,6 +65,11 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
+        # Before JAX starts: a machine without accelerators gets the CPU
+        # backend without the compiler extra's plugins starting (and printing).
+        from cogvideox_torchax.targets import use_cpu_without_accelerators
+
+        use_cpu_without_accelerators()
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value

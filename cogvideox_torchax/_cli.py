@@ -205,19 +205,34 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         "the plan (whole, or upstream's tiling with more tiles) is chosen from compiled programs before running",
     )
     p.add_argument("--dry-run", action="store_true", help="print the memory plan and its compiled bytes; run nothing")
+    p.add_argument(
+        "--target",
+        default=None,
+        metavar="NAME",
+        help="with --dry-run: plan for an accelerator that is not here (h100, h200, v5e-1, v5e-8, v6e-1, v6e-8) "
+        "with its real compiler (the aot extra); --mesh is then the target's mesh, --max-memory its budget",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
 def check_max_memory(args: argparse.Namespace) -> None:
-    """Refuses a ``--max-memory`` that is neither ``auto`` nor a size (exit 2, before loading)."""
-    from cogvideox_torchax import budget
+    """Refuses a ``--max-memory`` that is neither ``auto`` nor a size, and a bad ``--target`` (exit 2, before loading)."""
+    from cogvideox_torchax import budget, targets
 
     try:
         budget.parse_memory(args.max_memory)
     except ValueError as e:
         raise UsageError(f"--max-memory: {e}") from e
+    if args.target is None:
+        return
+    if not args.dry_run:
+        raise UsageError("--target plans for an accelerator that is not here: it needs --dry-run")
+    try:
+        targets.target_mesh(args.target, args.mesh)
+    except (ValueError, targets.TargetUnavailableError) as e:
+        raise UsageError(f"--target: {e}") from e
 
 
 def check_dtype(args: argparse.Namespace) -> None:
@@ -267,6 +282,9 @@ def load_model(args: argparse.Namespace):
     """The `TorchaxVAE` that ``--model`` / ``--subfolder`` / ``--dtype`` / ``--mesh`` / ``--seed`` name."""
     import cogvideox_torchax as ct
 
+    if getattr(args, "target", None) is not None:
+        # --mesh is the target's; the weights stay on one local device.
+        args = argparse.Namespace(**{**vars(args), "mesh": "dp=1,tp=1"})
     if args.model.startswith(RANDOM_PREFIX):
         preset = args.model[len(RANDOM_PREFIX) :]
         try:
@@ -382,11 +400,12 @@ def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[in
 
 def plan_stage(vae, shape: tuple[int, ...], kind: str, args: argparse.Namespace, load: Stage) -> dict[str, Any]:
     """``--dry-run``'s "plan" stage: the memory plan of ``shape`` (compiled, not run) and its summary fields."""
+    target = getattr(args, "target", None)
     with together("planning"), out_of_memory_as_exit_3(f"planning the {kind} of", shape):
         with Stage("plan", 1, "shape", args.quiet) as stage:
-            plan = vae.memory_plan(tuple(shape), kind=kind)
+            plan = vae.memory_plan(tuple(shape), kind=kind, target=target, mesh=args.mesh if target else None)
             stage.tick()
-    return {
+    summary = {
         "dry_run": True,
         "dtype": vae.options.dtype,
         "mesh": dict(vae.mesh.shape),
@@ -394,6 +413,47 @@ def plan_stage(vae, shape: tuple[int, ...], kind: str, args: argparse.Namespace,
         "memory_plan": plan.as_dict(),
         "load_s": round(load.seconds, 3),
         "plan_s": round(stage.seconds, 3),
+    }
+    if target is not None:
+        summary.update(target_report(vae, tuple(shape), kind, target, plan))
+    return summary
+
+
+def print_target(s: dict[str, Any]) -> None:
+    """The human lines of `target_report`'s fields (nothing without ``--target``)."""
+    if "target" not in s:
+        return
+    b, c = s["per_device_bytes"], s["compiled"]
+    print(f"  target {s['target']['name']} ({s['target']['description']}), compiled by its own compiler: "
+          f"temp {b['temp'] / 2**30:.2f} GiB, arguments {b['arguments'] / 2**30:.2f} GiB, "
+          f"outputs {b['outputs'] / 2**30:.2f} GiB per device")
+    print(f"  {c['convolutions']} convolutions {c['conv_layouts']} -> {c['conv_output_dtypes']}; "
+          f"{c['activation_layout_changes']} transposes/copies of activations ({c['layout_changes']} in all); "
+          f"planning (trace, lower and compile of each plan tried) {s['plan_s']:.2f} s")
+
+
+def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> dict[str, Any]:
+    """What ``--dry-run --target`` adds: the target, its program's plan, bytes per device, HLO counts.
+
+    The compile time is the plan stage's (``plan_s``).
+    """
+    from cogvideox_torchax import hlo, targets
+
+    acc = targets.get(target)
+    mesh = f"dp={plan.mesh[0]},tp={plan.mesh[1]}"
+    # The plan's own executable (compiled while planning; not compiled again).
+    compiled = (vae.compile_encode(shape, target=target, mesh=mesh) if kind == "encode"
+                else vae.compile_decode(shape, target=target, mesh=mesh))
+    m = compiled.memory_analysis()
+    program = vae.plan_for(acc.platform)
+    return {
+        "target": {"name": acc.name, "platform": acc.platform, "devices": acc.devices, "budget": acc.budget,
+                   "description": acc.description},
+        "mesh": {"dp": plan.mesh[0], "tp": plan.mesh[1]},
+        "plan": program.as_dict(),
+        "per_device_bytes": {"temp": int(m.temp_size_in_bytes), "arguments": int(m.argument_size_in_bytes),
+                             "outputs": int(m.output_size_in_bytes)},
+        "compiled": hlo.compiled_summary(compiled.as_text()),
     }
 
 
@@ -649,6 +709,9 @@ def main(
 ) -> int:
     """Runs a command; returns the exit code (see `EXIT_CODES`)."""
     try:
+        from cogvideox_torchax.targets import use_cpu_without_accelerators
+
+        use_cpu_without_accelerators()
         summary = run(args)
     except KeyboardInterrupt:
         print(f"error: interrupted; {_interrupted_note(args)}", file=sys.stderr)

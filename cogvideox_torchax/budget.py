@@ -137,7 +137,9 @@ class MemoryPlan:
         bytes: temporaries + arguments + outputs of the compiled program, per device.
         budget: the bytes the plan had to fit, margin already taken off.
         mesh: ``(dp, tp)`` of a mesh with more devices than the VAE's own, or
-            None for the VAE's mesh.
+            None for the VAE's mesh; a target's plan always names its mesh.
+        target: the named accelerator the plan was compiled for
+            (`cogvideox_torchax.targets`), None for the VAE's own devices.
     """
 
     name: str
@@ -145,6 +147,7 @@ class MemoryPlan:
     bytes: int
     budget: int | None
     mesh: tuple[int, int] | None = None
+    target: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -161,6 +164,20 @@ def compiled_bytes(compiled: Any) -> int:
     if m is None:
         return 0
     return int(m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes)
+
+
+_REFUSED = re.compile(r"RESOURCE_EXHAUSTED.*?HLO temporaries \(([\d.]+)G\)", re.S)
+
+
+def refused_bytes(error: BaseException) -> int | None:
+    """The bytes a compiler said a program needs when it refused it for memory, else None.
+
+    The TPU compiler refuses a program whose temporaries exceed the chip's
+    HBM ("... HLO temporaries (54.54G) exceeds available HBM (31.25G)",
+    GiB) instead of returning one.
+    """
+    m = _REFUSED.search(str(error))
+    return None if m is None else int(float(m.group(1)) * 2**30)
 
 
 def human(n: int) -> str:

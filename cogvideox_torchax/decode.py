@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         help="latents are already divided by config.scaling_factor (default: divide, as the pipeline does)",
     )
     add_model_arguments(p)
-    out = p.add_mutually_exclusive_group(required=True)
+    out = p.add_mutually_exclusive_group()  # one is needed unless --dry-run (_check_args)
     out.add_argument(
         "--output",
         "-o",
@@ -112,6 +112,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--fps must be positive, got {args.fps}")
     if not 0 <= args.crf <= 51:
         raise UsageError(f"--crf must be between 0 and 51, got {args.crf}")
+    if args.output is None and args.output_dir is None and not args.dry_run:
+        raise UsageError("one of --output/-o or --output-dir is needed (only --dry-run goes without)")
     if args.output_dir is None:
         if len(args.latents) > 1:
             raise UsageError(f"{len(args.latents)} latents inputs need --output-dir (--output names one video)")
@@ -145,7 +147,7 @@ def _run_one(args: argparse.Namespace) -> dict[str, Any]:
     from cogvideox_torchax import distributed, latents, memory, video
 
     show_memory = args.memory_report or memory.enabled_by_env()
-    kind = video.output_kind(args.output)
+    kind = video.output_kind(args.output) if args.output is not None else None
     z = None
     with _cli.together("reading the latents"):
         if _cli.is_primary():
@@ -293,6 +295,7 @@ def _print_summary(s: dict[str, Any]) -> None:
             f"plan for {s['latents_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
             f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
         )
+        _cli.print_target(s)
         return
     print(
         f"decoded {s['latents_shape']} ({s['layout']}, {'unscaled' if s['unscaled'] else 'as given'}) -> "

@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("video", help="video file (.mp4, .mov, .mkv, .webm) or a folder of frames (.png, .jpg, ...)")
     p.add_argument(
-        "--output", "-o", required=True, help="latents file to write (.safetensors; key 'latents', (1, T, C, H, W))"
+        "--output", "-o", help="latents file to write (.safetensors; key 'latents', (1, T, C, H, W)); not with --dry-run"
     )
     p.add_argument(
         "--size",
@@ -77,7 +77,9 @@ def _check_args(args: argparse.Namespace) -> tuple[int, int] | None:
 
     _cli.check_dtype(args)
     _cli.check_max_memory(args)
-    if Path(args.output).suffix.lower() != ".safetensors":
+    if args.output is None and not args.dry_run:
+        raise UsageError("--output/-o is needed (only --dry-run goes without)")
+    if args.output is not None and Path(args.output).suffix.lower() != ".safetensors":
         raise UsageError(f"output must be a .safetensors file, got {args.output!r}")
     if args.frames is not None and args.frames < 1:
         raise UsageError(f"--frames must be at least 1, got {args.frames}")
@@ -225,6 +227,7 @@ def _print_summary(s: dict[str, Any]) -> None:
             f"plan for video {s['video_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
             f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
         )
+        _cli.print_target(s)
         return
     frames, height, width = s["input_shape"]
     _, _, used, used_h, used_w = s["video_shape"]

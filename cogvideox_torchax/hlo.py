@@ -55,3 +55,107 @@ def convolutions(stablehlo: str) -> list[Convolution]:
         (x_dims, x_t), (w_dims, _), (y_dims, y_t) = types
         convs.append(Convolution(_shape(x_dims), _shape(w_dims), _shape(y_dims), x_t, y_t, dims.group(1)))
     return convs
+
+
+# -- compiled programs (optimized HLO, `jax.stages.Compiled.as_text()`) -------
+
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%[\w.\-]+\s*=\s*(\([^)]*\)|[a-z]\w*\[[\d,]*\]\S*)\s+([\w\-]+)\(")
+_ARRAY = re.compile(r"([a-z]\w*)\[([\d,]*)\]")
+_CALLS = re.compile(r"calls=%([\w.\-]+)")
+_DIM_LABELS = re.compile(r"dim_labels=([\w>\-]+)")
+_CUDNN = re.compile(r'custom_call_target="__cudnn\$conv\w*"')
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledOp:
+    """One instruction of a compiled program: opcode, result dtype and shape, and what it says of layout."""
+
+    op: str  # "convolution", "cudnn-conv", "transpose", "copy"
+    dtype: str
+    shape: tuple[int, ...]
+    dim_labels: str = ""  # convolutions: e.g. "bf012_oi012->bf012" (channels second), "b012f_..." (last)
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+
+def _computations(text: str) -> dict[str, list[str]]:
+    blocks: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _COMPUTATION.match(line)
+        if m:
+            current = m.group(2)
+            blocks[current] = []
+        elif line.strip() == "}":
+            current = None
+        elif current is not None:
+            blocks[current].append(line)
+    return blocks
+
+
+def _op(line: str) -> CompiledOp | None:
+    m = _INSTRUCTION.match(line)
+    if m is None:
+        return None
+    first = _ARRAY.search(m.group(2))
+    shape = tuple(int(d) for d in first.group(2).split(",") if d)
+    op = m.group(3)
+    labels = _DIM_LABELS.search(line)
+    if op == "custom-call" and _CUDNN.search(line):
+        op = "cudnn-conv"
+    return CompiledOp(op, first.group(1), shape, labels.group(1) if labels else "")
+
+
+def compiled_ops(text: str) -> tuple[list[CompiledOp], list[CompiledOp]]:
+    """The convolutions and the layout changes a compiled program runs.
+
+    Returns:
+        ``(convolutions, layout_changes)``: every convolution (XLA's own, or
+        a cuDNN call on GPUs) wherever it sits; and every transpose or copy
+        that is a step of its own: outside fusions, or a fusion whose
+        result is a transpose or copy (data moved to another layout).
+    """
+    blocks = _computations(text)
+    fused = {name for lines in blocks.values() for line in lines if " fusion(" in line for name in _CALLS.findall(line)}
+    convs, moves = [], []
+    for name, lines in blocks.items():
+        for line in lines:
+            op = _op(line)
+            if op is None:
+                continue
+            if op.op in ("convolution", "cudnn-conv"):
+                convs.append(op)
+            elif name not in fused and op.op in ("transpose", "copy"):
+                moves.append(op)
+            elif name not in fused and op.op == "fusion":
+                called = _CALLS.search(line)
+                root = next((_op(x) for x in blocks.get(called.group(1), []) if x.lstrip().startswith("ROOT")), None)
+                if root is not None and root.op in ("transpose", "copy"):
+                    moves.append(dataclasses.replace(root, shape=op.shape, dtype=op.dtype))
+    return convs, moves
+
+
+def compiled_summary(text: str, *, min_elements: int = 2**20) -> dict[str, object]:
+    """What `compiled_ops` finds, counted: convolutions by layout and result dtype, layout changes by size.
+
+    ``min_elements``: a transpose or copy of at least this many elements
+    counts as one of an activation (weights and caches are smaller).
+    """
+    convs, moves = compiled_ops(text)
+    by_layout: dict[str, int] = {}
+    by_dtype: dict[str, int] = {}
+    for c in convs:
+        by_layout[c.dim_labels or c.op] = by_layout.get(c.dim_labels or c.op, 0) + 1
+        by_dtype[c.dtype] = by_dtype.get(c.dtype, 0) + 1
+    big = [m for m in moves if m.elements >= min_elements]
+    return {
+        "convolutions": len(convs),
+        "conv_layouts": by_layout,
+        "conv_output_dtypes": by_dtype,
+        "layout_changes": len(moves),
+        "activation_layout_changes": len(big),
+        "min_activation_elements": min_elements,
+    }

@@ -13,16 +13,21 @@ Per-backend choices and why:
   XLA:CPU runs a channels-first convolution ~40x slower (see
   `kernels.conv`). GPU: channels-last; on an H100 the Flax port's
   channels-last 3x3x3 convolutions ran ~1.6x faster than ours
-  channels-first in the same bf16 decode (issue 14). TPU: left to XLA,
+  channels-first in the same bf16 decode (issue 14), though XLA GPU lays
+  every 3-D convolution out NCDHW whatever the program says (compiled for
+  an H200: 228 of 234 convs; `cogvideox_torchax.targets`). TPU: left to XLA,
   whose TPU layout assignment picks the physical layout of every operand
   whatever the logical one (not measured here: no TPU was available).
 - bf16 bias. CPU: added in the fp32 accumulator, rounded once (XLA:CPU
-  fuses that epilogue; +0.5 dB against torchax's two roundings). GPU and
-  TPU: the convolution emits bf16 and the bias is added after; cuDNN wrote
-  the fp32 accumulator out in full (78 ms vs 35 ms for a bf16 256->128
-  3x3x3 conv at 768x1360, H100), and neither GPU nor TPU fusion of that
-  epilogue is shown by a test here. The accuracy cost is checked against
-  upstream torch's own bf16 decode (tests/test_accelerator_programs.py).
+  fuses that epilogue; +0.5 dB against torchax's two roundings). CUDA: the
+  same numbers from cuDNN's conv-bias epilogue, which XLA fuses from
+  ``bf16 conv + bias`` (written that way for CUDA only, `ConvPolicy.fused_bias`;
+  the explicit fp32 form made cuDNN write the fp32 accumulator out: 78 ms
+  vs 35 ms for a bf16 256->128 3x3x3 conv at 768x1360, H100).
+  TPU and ROCm: the convolution emits bf16 and the bias is added after (no
+  test here shows the TPU compiler keeping an fp32 epilogue in the
+  accumulator). The accuracy is checked against upstream torch's own bf16
+  decode (tests/test_accelerator_programs.py).
 - Convolution size. GPU: no convolution operand or result of 2^31 elements
   or more; cuDNN's kernels at that size took 17.6 s where two halves took
   70 ms (H100). CPU and TPU: never split.
@@ -162,9 +167,11 @@ def conv_policy(target: Target, options: RuntimeOptions) -> ConvPolicy:
     split = options.conv_split_elements
     if split is None and target.is_gpu:
         split = GPU_MAX_CONV_ELEMENTS
+    fused = target.platform == "cuda" and target.dtype != "float32"
     return ConvPolicy(
         channels_last=target.platform != "tpu",
-        bias_in_fp32=target.dtype == "float32" or target.platform == "cpu",
+        bias_in_fp32=target.dtype == "float32" or target.platform == "cpu" or fused,
+        fused_bias=fused,
         max_elements=split,
     )
 
@@ -200,13 +207,18 @@ class RunPlan:
             return "channels-last, time taps"
         return "channels-last" if self.conv.channels_last else "xla"
 
+    def _bias_words(self) -> str:
+        if not self.conv.bias_in_fp32:
+            return "after rounding"
+        return "fp32 accumulator" + (" (cuDNN conv-bias epilogue)" if self.conv.fused_bias else "")
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-able description (the CLI's ``--json`` and the bench report carry it)."""
         conv = None
         if self.conv is not None:
             conv = {
                 "layout": self.conv_layout,
-                "bias": "fp32 accumulator" if self.conv.bias_in_fp32 else "after rounding",
+                "bias": self._bias_words(),
                 "max_elements": self.conv.max_elements,
             }
         return {
@@ -220,7 +232,7 @@ class RunPlan:
         t = self.target
         conv = "torchax convs"
         if self.conv is not None:
-            bias = "fp32 bias" if self.conv.bias_in_fp32 else "bias after rounding"
+            bias = f"bias: {self._bias_words()}"
             split = "" if self.conv.max_elements is None else f", split above {self.conv.max_elements} elements"
             conv = f"convs {self.conv_layout}, {bias}{split}"
         return f"{t.platform} {t.dtype} dp={t.dp},tp={t.tp}: {', '.join(self.steps) or 'no patches'}; {conv}"

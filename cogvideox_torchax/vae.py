@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDis
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from jax.sharding import Mesh
 
-from cogvideox_torchax import budget, distributed, patches, sharding
+from cogvideox_torchax import budget, distributed, patches, sharding, targets
 from cogvideox_torchax.config import RuntimeOptions
 from cogvideox_torchax.plan import RunPlan, Target, build_plan, canonical_platform, mesh_platform
 from cogvideox_torchax.program import Program, tiling_switches
@@ -79,6 +80,24 @@ INFERENCE_SURFACE = (
     "training",
     "requires_grad_",
 )
+
+
+def _compiler_options(plan: RunPlan) -> dict[str, str] | None:
+    # XLA:CPU deletes the optimization barriers of `patches.CacheFirstCausalConv3d` unless told.
+    if plan.applies("cache_first") and plan.target.platform == "cpu":
+        return dict(patches.KEEP_BARRIERS_COMPILER_OPTIONS)
+    return None
+
+
+def _no_compile_cache():
+    from jax._src import config
+
+    return config.enable_compilation_cache(False)
+
+
+def _plan_key(plan: budget.MemoryPlan) -> tuple | None:
+    """The program key of a memory plan: its mesh, with its target when it has one."""
+    return plan.mesh if plan.target is None else (plan.target, *plan.mesh)
 
 
 class UnsupportedAttributeError(AttributeError, NotImplementedError):
@@ -151,10 +170,12 @@ class TorchaxVAE:
     def _plan_for(self, platform: str, mesh: Mesh | None = None) -> RunPlan:
         return build_plan(self._options, Target.of(mesh or self._mesh, self._options.dtype, platform))
 
-    def _mesh_of(self, mesh: tuple[int, int] | None) -> Mesh:
-        """The mesh of a plan (None: the VAE's own)."""
+    def _mesh_of(self, mesh: tuple | None) -> Mesh:
+        """The mesh of a plan (None: the VAE's own; ``(target, dp, tp)``: a target's compile-only devices)."""
         if mesh is None:
             return self._mesh
+        if len(mesh) == 3:
+            return targets.target_mesh(mesh[0], mesh[1:])
         if mesh not in self._other_meshes:
             self._other_meshes[mesh] = sharding.make_mesh(mesh, devices=self._platform_devices())
         return self._other_meshes[mesh]
@@ -182,6 +203,8 @@ class TorchaxVAE:
     def _program(
         self, platform: str | None = None, tiling: dict[str, Any] | None = None, mesh: tuple[int, int] | None = None
     ) -> Program:
+        if mesh is not None and len(mesh) == 3:
+            platform = targets.get(mesh[0]).platform
         platform = self._platform if platform is None else canonical_platform(platform)
         key = (platform, None if tiling is None else tuple(sorted(tiling.items())), mesh)
         if key not in self._programs:
@@ -340,7 +363,9 @@ class TorchaxVAE:
             return (sample,)
         return DecoderOutput(sample=sample)
 
-    def lower_decode(self, shape: tuple[int, ...], *, platform: str | None = None) -> jax.stages.Lowered:
+    def lower_decode(
+        self, shape: tuple[int, ...], *, platform: str | None = None, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Lowered:
         """Traces and lowers the decode for a latent shape without running it.
 
         ``lower_decode(shape).compile().memory_analysis()`` gives the compiled
@@ -353,10 +378,23 @@ class TorchaxVAE:
                 (`plan_for`) instead of the mesh's; JAX lowers for any
                 platform without its hardware, but only the mesh's own
                 program can be compiled here.
+            target, mesh: lower for a named accelerator's compile-only
+                devices instead (`cogvideox_torchax.targets`: ``"h100"``,
+                ``"h200"``, ``"v5e-1"``, ``"v5e-8"``, ``"v6e-1"``,
+                ``"v6e-8"``), over ``mesh`` (``"dp=1,tp=8"``; default every
+                device of the target on ``tp``); the result compiles here
+                with that accelerator's real compiler (the ``aot`` extra).
         """
         shape = tuple(shape)
         self.check_latents(shape)
+        if target is not None:
+            return self._lower("decode", shape, None, None, self._target_key(target, mesh))
         return self._lower("decode", shape, platform)
+
+    @staticmethod
+    def _target_key(target: str, mesh: Any) -> tuple[str, int, int]:
+        on = targets.target_mesh(target, mesh)
+        return (targets.get(target).name, on.shape["dp"], on.shape["tp"])
 
     def _lower(
         self,
@@ -372,7 +410,7 @@ class TorchaxVAE:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_INT64_WARNING)
             traced = program.jits[kind].trace(self._weight_specs(mesh), spec)
-            if program.plan.target.platform == self._platform:
+            if program.plan.target.platform == self._platform or (mesh is not None and len(mesh) == 3):
                 return traced.lower()
             return traced.lower(lowering_platforms=(program.plan.target.platform,))
 
@@ -383,23 +421,31 @@ class TorchaxVAE:
         key = (kind, shape)
         if key not in program.executables:
             lowered = self._lower(kind, shape, None, tiling, mesh)
-            program.executables[key] = lowered.compile(compiler_options=self.compiler_options)
+            # A compile-only device's executable cannot be read back from JAX's persistent cache.
+            cache = contextlib.nullcontext() if mesh is None or len(mesh) != 3 else _no_compile_cache()
+            with cache:
+                program.executables[key] = lowered.compile(compiler_options=_compiler_options(program.plan))
         return program.executables[key]
 
     def _drop(self, kind: str, shape: tuple[int, ...], tiling: dict[str, Any] | None, mesh: tuple[int, int] | None):
         self._program(tiling=tiling, mesh=mesh).executables.pop((kind, shape), None)
 
-    def _compile(self, kind: str, shape: tuple[int, ...]) -> jax.stages.Compiled:
+    def _compile(self, kind: str, shape: tuple[int, ...], target: str | None = None, mesh: Any = None):
         shape = tuple(shape)
         (self.check_video if kind == "encode" else self.check_latents)(shape)
-        plan = self.memory_plan(shape, kind=kind)
-        return self._compile_with(kind, shape, plan.tiling, plan.mesh)
+        plan = self.memory_plan(shape, kind=kind, target=target, mesh=mesh)
+        return self._compile_with(kind, shape, plan.tiling, _plan_key(plan))
 
-    def _candidates(self, kind: str, shape: tuple[int, ...]) -> list[budget.Candidate]:
+    def _candidates(self, kind: str, shape: tuple[int, ...], on: tuple | None = None) -> list[budget.Candidate]:
         scale = 2 ** (len(self.config.block_out_channels) - 1)
         frame = shape[-2:] if kind != "encode" else tuple(-(-n // scale) for n in shape[-2:])
         first = "tiled as set" if self.use_tiling else "whole"
         overlaps = (self.module.tile_overlap_factor_height, self.module.tile_overlap_factor_width)
+        if on is not None:  # a target: its devices, plans keyed by (target, dp, tp)
+            wider = [c._replace(mesh=(on[0], *c.mesh))
+                     for c in budget.tp_candidates(on[1:], targets.get(on[0]).devices, first)]
+            return [budget.Candidate(first, None, on), *(c._replace(mesh=on) for c in
+                    budget.tiled_candidates(frame, scale, overlaps)), *wider]
         # Other meshes only within one process: under jax.distributed a mesh uses every device already.
         devices = len(self._platform_devices()) if jax.process_count() == 1 else 0
         return [
@@ -423,7 +469,9 @@ class TorchaxVAE:
         """The plan `memory_plan` chose for a shape, or None if it has not planned it (compiles nothing)."""
         return self._memory_plans.get((kind, tuple(shape)))
 
-    def memory_plan(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan:
+    def memory_plan(
+        self, shape: tuple[int, ...], *, kind: str = "decode", target: str | None = None, mesh: Any = None
+    ) -> budget.MemoryPlan:
         """How a shape runs within the memory budget, compiling candidates (running nothing) on first use.
 
         Candidates in order of expected speed: the whole program (with the
@@ -441,17 +489,26 @@ class TorchaxVAE:
             shape: latents ``(B, C, T, H, W)`` for ``kind="decode"``, a video
                 ``(B, C, F, H, W)`` for ``"encode"``.
             kind: ``"decode"`` or ``"encode"``.
+            target, mesh: plan for a named accelerator instead (as
+                `lower_decode` takes them): candidates compiled by its real
+                compiler, the budget its per-device `targets.Accelerator.budget`
+                (or ``max_memory`` when given), wider meshes up to its devices.
 
         Raises:
             MemoryBudgetError: no candidate fits; says what each needs.
         """
         shape = tuple(shape)
-        key = (kind, shape)
+        on = None if target is None else self._target_key(target, mesh)
+        key = (kind, shape) if on is None else (kind, shape, on)
         if key in self._memory_plans:
             return self._memory_plans[key]
-        limit, source = self.memory_budget()
+        if on is not None:
+            acc = targets.get(on[0])
+            limit, source = (self._max_memory, "max_memory") if self._max_memory else (acc.budget, acc.name)
+        else:
+            limit, source = self.memory_budget()
         return self._plan(kind, shape, budget.usable(limit), f"({source} {budget.human(limit)} less "
-                          f"{budget.SAFETY_MARGIN:.0%} margin)")
+                          f"{budget.SAFETY_MARGIN:.0%} margin)", on)
 
     def memory_budget(self) -> tuple[int, str]:
         """The per-device bytes plans must fit (before `budget.SAFETY_MARGIN`), and where the figure comes from.
@@ -512,19 +569,23 @@ class TorchaxVAE:
             self._other_weights.pop(failed.mesh, None)  # no plan runs there now: its weight copy goes
         return smaller
 
-    def _plan(self, kind: str, shape: tuple[int, ...], usable: int, why: str) -> budget.MemoryPlan:
-        key = (kind, shape)
+    def _plan(self, kind: str, shape: tuple[int, ...], usable: int, why: str, on: tuple | None = None):
+        key = (kind, shape) if on is None else (kind, shape, on)
         tried: list[str] = []
         previous = None
         tiles_done = False
-        for c in self._candidates(kind, shape):
-            if tiles_done and c.mesh is None:
+        for c in self._candidates(kind, shape, on):
+            if tiles_done and c.mesh == on:
                 continue
-            need = budget.compiled_bytes(self._compile_with(kind, shape, c.tiling, c.mesh))
+            need = self._compiled_need(kind, shape, c.tiling, c.mesh)
             tried.append(f"{c.name} {budget.human(need)}")
             if need <= usable:
-                self._memory_plans[key] = budget.MemoryPlan(c.name, c.tiling, need, usable, c.mesh)
-                return self._memory_plans[key]
+                if c.mesh is not None and len(c.mesh) == 3:
+                    plan = budget.MemoryPlan(c.name, c.tiling, need, usable, c.mesh[1:], c.mesh[0])
+                else:
+                    plan = budget.MemoryPlan(c.name, c.tiling, need, usable, c.mesh)
+                self._memory_plans[key] = plan
+                return plan
             # Not kept: it will not run here.
             self._drop(kind, shape, c.tiling, c.mesh)
             if c.tiling is not None and previous is not None and need >= previous:
@@ -538,9 +599,24 @@ class TorchaxVAE:
             "give more memory (max_memory / --max-memory) or a mesh with more devices on tp"
         )
 
-    def compile_decode(self, shape: tuple[int, ...], *, frames: bool = False) -> jax.stages.Compiled:
-        """The compiled decode for a latent shape (of `decode_frames_jax` with ``frames``), compiled on first use."""
-        return self._compile("frames" if frames else "decode", shape)
+    def _compiled_need(self, kind: str, shape: tuple[int, ...], tiling: dict[str, Any] | None, mesh: tuple | None):
+        try:
+            return budget.compiled_bytes(self._compile_with(kind, shape, tiling, mesh))
+        except Exception as e:  # the TPU compiler refuses programs above its HBM, naming their size
+            need = budget.refused_bytes(e)
+            if need is None:
+                raise
+            return need
+
+    def compile_decode(
+        self, shape: tuple[int, ...], *, frames: bool = False, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Compiled:
+        """The compiled decode for a latent shape (of `decode_frames_jax` with ``frames``), compiled on first use.
+
+        ``target`` and ``mesh`` compile the planned program for a named
+        accelerator (see `lower_decode`); it cannot run here.
+        """
+        return self._compile("frames" if frames else "decode", shape, target, mesh)
 
     @property
     def compiler_options(self) -> dict[str, str] | None:
@@ -549,9 +625,7 @@ class TorchaxVAE:
         On the CPU backend this keeps the optimization barriers of
         `patches.CacheFirstCausalConv3d`, which XLA:CPU otherwise deletes.
         """
-        if self.plan.applies("cache_first") and self._platform == "cpu":
-            return dict(patches.KEEP_BARRIERS_COMPILER_OPTIONS)
-        return None
+        return _compiler_options(self.plan)
 
     # -- encode -------------------------------------------------------------
 
@@ -612,15 +686,21 @@ class TorchaxVAE:
         """
         return DiagonalGaussianDistribution(_to_host_torch(moments).to(self._device if device is None else device))
 
-    def lower_encode(self, shape: tuple[int, ...], *, platform: str | None = None) -> jax.stages.Lowered:
-        """Traces and lowers the encode for a video shape without running it (``platform`` as in `lower_decode`)."""
+    def lower_encode(
+        self, shape: tuple[int, ...], *, platform: str | None = None, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Lowered:
+        """Traces and lowers the encode for a video shape without running it (arguments as in `lower_decode`)."""
         shape = tuple(shape)
         self.check_video(shape)
+        if target is not None:
+            return self._lower("encode", shape, None, None, self._target_key(target, mesh))
         return self._lower("encode", shape, platform)
 
-    def compile_encode(self, shape: tuple[int, ...]) -> jax.stages.Compiled:
-        """The compiled encode for a video shape, compiling it on first use."""
-        return self._compile("encode", shape)
+    def compile_encode(
+        self, shape: tuple[int, ...], *, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Compiled:
+        """The compiled encode for a video shape, compiling it on first use (``target`` as in `compile_decode`)."""
+        return self._compile("encode", shape, target, mesh)
 
     # -- upstream's inference surface ----------------------------------------
 
@@ -771,7 +851,7 @@ class TorchaxVAE:
 
     def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:
         """The input shapes that have a compiled ``kind`` (``"decode"`` or ``"encode"``) program, oldest first."""
-        return [shape for k, shape in self._memory_plans if k == kind]
+        return [key[1] for key in self._memory_plans if len(key) == 2 and key[0] == kind]
 
     def clear_compiled(self, *, jax_caches: bool = False) -> None:
         """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
