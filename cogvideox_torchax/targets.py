@@ -208,16 +208,22 @@ def use_cpu_without_accelerators() -> None:
     With the compiler extra installed, JAX would start its CUDA and TPU
     plugins on every machine and print their failures (no driver, no TPU)
     on each start. Where no accelerator is visible, the CPU is the backend
-    JAX would pick anyway: this picks it first. Nothing happens when JAX
-    has already started, ``JAX_PLATFORMS`` / ``jax_platforms`` is set, or a
-    GPU or TPU is visible.
+    JAX would pick anyway: this picks it first. With ``JAX_PLATFORMS=cpu``
+    the plugins are still discovered (quietly). Nothing happens when JAX
+    has already started, another platform was chosen, or a GPU or TPU is
+    visible.
     """
     import jax
     from jax._src import xla_bridge
 
-    if xla_bridge.backends_are_initialized() or jax.config.jax_platforms or _accelerator_visible():
+    if xla_bridge.backends_are_initialized():
         return
-    jax.config.update("jax_platforms", "cpu")
+    if not jax.config.jax_platforms:
+        if _accelerator_visible():
+            return
+        jax.config.update("jax_platforms", "cpu")
+    elif jax.config.jax_platforms != "cpu":
+        return
     # Only the plugins' discovery (where they print), not the backends:
     # jax.distributed must still be able to start after this.
     with _quiet_stderr():
