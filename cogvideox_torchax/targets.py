@@ -116,7 +116,7 @@ def gpu_target_config(name: str) -> str:
     # Ops per clock per SM of Hopper's units by XLA primitive type
     # (2 S8, 6 U8, 10 F16, 11 F32, 12 F64, 16 BF16, 19+ FP8 kinds).
     scalar = {4: (64, 1), 8: (64, 1), 10: (128, 2), 11: (128, 1), 12: (64, 1), 16: (128, 2)}
-    matrix = {2: 1024, 6: 1024, 10: 512, 11: 256, 16: 512, 19: 1024, 20: 1024, 23: 1024, 24: 1024,
+    matrix = {2: 1024, 6: 1024, 10: 512, 11: 256, 12: 32, 16: 512, 19: 1024, 20: 1024, 23: 1024, 24: 1024,
               25: 1024, 28: 1024, 29: 1024, 33: 1024, 35: 1024, 36: 1024}
     tensor_clock = 1.8295201  # GHz, the tensor cores' sustained clock
     rates = "\n".join(
@@ -125,8 +125,8 @@ def gpu_target_config(name: str) -> str:
     )
     mma = "\n".join(
         f"    rate_infos {{ key: {k} value {{ clock_rate_ghz: {1.98 if k == 12 else tensor_clock} units_per_core: 4 "
-        f"ops_per_clock: {32 if k == 12 else o} }} }}"
-        for k, o in {**matrix, 12: 32}.items()
+        f"ops_per_clock: {o} }} }}"
+        for k, o in matrix.items()
     )
     return f"""gpu_device_info {{
   threads_per_block_limit: 1024
