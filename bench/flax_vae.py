@@ -226,11 +226,11 @@ class FlaxVAE:
         dtype: the compute dtype (also the latents' dtype inside the jit).
     """
 
-    def __init__(self, model: FlaxCogVideoXDecoder, mesh: Mesh | None = None):
+    def __init__(self, model: FlaxCogVideoXDecoder, mesh: Mesh | None = None, *, place: bool = True):
         self.mesh = _auto_mesh(mesh)
         self.dtype = model.opts.dtype
         self.graphdef, state = nnx.split(model)
-        if self.mesh is not None:
+        if self.mesh is not None and place:
             state = jax.device_put(state, NamedSharding(self.mesh, PartitionSpec()))
         self.state = state
         self._jitted = self._build()
@@ -275,6 +275,20 @@ class FlaxVAE:
         if sharding is not None:
             z = jax.device_put(z, sharding)
         return self._jitted(self.state, z)
+
+
+def abstract(config: Mapping[str, Any], *, dtype: Any = "bfloat16", mesh: Mesh) -> FlaxVAE:
+    """A `FlaxVAE` without weights, for lowering on ``mesh`` (e.g. an accelerator's compile-only devices).
+
+    Its ``state`` holds `jax.ShapeDtypeStruct`s replicated on the mesh, so
+    `FlaxVAE.lower` traces exactly the program `from_upstream` would run,
+    and nothing is placed on a device.
+    """
+    model = nnx.eval_shape(lambda: FlaxCogVideoXDecoder(dict(config), dtype=dtype, mesh=mesh, rngs=nnx.Rngs(0)))
+    port = FlaxVAE(model, mesh, place=False)
+    replicated = NamedSharding(port.mesh, PartitionSpec())
+    port.state = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=replicated), port.state)
+    return port
 
 
 def from_upstream(

@@ -428,8 +428,8 @@ def print_target(s: dict[str, Any]) -> None:
           f"temp {b['temp'] / 2**30:.2f} GiB, arguments {b['arguments'] / 2**30:.2f} GiB, "
           f"outputs {b['outputs'] / 2**30:.2f} GiB per device")
     print(f"  {c['convolutions']} convolutions {c['conv_layouts']} -> {c['conv_output_dtypes']}; "
-          f"{c['activation_layout_changes']} transposes/copies of activations ({c['layout_changes']} in all); "
-          f"planning (trace, lower and compile of each plan tried) {s['plan_s']:.2f} s")
+          f"activations moved to another layout {c['activation_layout_changes']} ({c['layout_changes']} moves in all), "
+          f"copied {c['activation_copies']} ({c['copies']}); collectives {c['collectives'] or 'none'}; planning (trace, lower and compile of each plan tried) {s['plan_s']:.2f} s")
 
 
 def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> dict[str, Any]:

@@ -60,25 +60,43 @@ def convolutions(stablehlo: str) -> list[Convolution]:
 # -- compiled programs (optimized HLO, `jax.stages.Compiled.as_text()`) -------
 
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
-_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%[\w.\-]+\s*=\s*(\([^)]*\)|[a-z]\w*\[[\d,]*\]\S*)\s+([\w\-]+)\(")
-_ARRAY = re.compile(r"([a-z]\w*)\[([\d,]*)\]")
+_INSTRUCTION = re.compile(
+    r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(\([^)]*\)|[a-z]\w*\[[\d,]*\](?:\{[^}]*\})?)\S*\s+([\w\-]+)\((.*)$"
+)
+# TPU layouts carry their tiling and memory space: {1,0,4,3,2:T(8,128)(2,1)S(1)}.
+_ARRAY = re.compile(r"([a-z]\w*)\[([\d,]*)\](?:\{([^}]*)\})?")
+_OPERAND = re.compile(r"^%([\w.\-]+)")
 _CALLS = re.compile(r"calls=%([\w.\-]+)")
 _DIM_LABELS = re.compile(r"dim_labels=([\w>\-]+)")
 _CUDNN = re.compile(r'custom_call_target="__cudnn\$conv\w*"')
+# Cross-device communication (tp > 1); "-start" halves of async pairs count once.
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
 @dataclasses.dataclass(frozen=True)
 class CompiledOp:
-    """One instruction of a compiled program: opcode, result dtype and shape, and what it says of layout."""
+    """One instruction of a compiled program: opcode, result dtype, shape and layout, and what it says of layout.
 
-    op: str  # "convolution", "cudnn-conv", "transpose", "copy"
+    ``layout`` is the physical dimension order XLA assigned (minor to
+    major, as the HLO text writes it), ``operand_layout`` that of the first
+    operand where the operand is known (copies).
+    """
+
+    op: str  # "convolution", "cudnn-conv", "transpose", "copy", ...
     dtype: str
     shape: tuple[int, ...]
     dim_labels: str = ""  # convolutions: e.g. "bf012_oi012->bf012" (channels second), "b012f_..." (last)
+    layout: str = ""
+    operand_layout: str = ""
 
     @property
     def elements(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def moves_data_to_another_layout(self) -> bool:
+        """A transpose, or a copy whose result is laid out otherwise than its operand."""
+        return self.op == "transpose" or (self.op == "copy" and self.layout != self.operand_layout)
 
 
 def _computations(text: str) -> dict[str, list[str]]:
@@ -96,34 +114,50 @@ def _computations(text: str) -> dict[str, list[str]]:
     return blocks
 
 
-def _op(line: str) -> CompiledOp | None:
+def _op(line: str, layouts: dict[str, str] | None = None) -> CompiledOp | None:
     m = _INSTRUCTION.match(line)
     if m is None:
         return None
-    first = _ARRAY.search(m.group(2))
+    first = _ARRAY.search(m.group(3))
     shape = tuple(int(d) for d in first.group(2).split(",") if d)
-    op = m.group(3)
+    op = m.group(4)
     labels = _DIM_LABELS.search(line)
     if op == "custom-call" and _CUDNN.search(line):
         op = "cudnn-conv"
-    return CompiledOp(op, first.group(1), shape, labels.group(1) if labels else "")
+    operand = _OPERAND.match(m.group(5))
+    operand_layout = (layouts or {}).get(operand.group(1), "") if operand else ""
+    return CompiledOp(op, first.group(1), shape, labels.group(1) if labels else "", first.group(3) or "",
+                      operand_layout)
+
+
+def _layouts(lines: list[str]) -> dict[str, str]:
+    found = {}
+    for line in lines:
+        m = _INSTRUCTION.match(line)
+        if m is not None:
+            array = _ARRAY.search(m.group(3))
+            found[m.group(2)] = array.group(3) or ""
+    return found
 
 
 def compiled_ops(text: str) -> tuple[list[CompiledOp], list[CompiledOp]]:
-    """The convolutions and the layout changes a compiled program runs.
+    """The convolutions and the data movements a compiled program runs.
 
     Returns:
-        ``(convolutions, layout_changes)``: every convolution (XLA's own, or
-        a cuDNN call on GPUs) wherever it sits; and every transpose or copy
-        that is a step of its own: outside fusions, or a fusion whose
-        result is a transpose or copy (data moved to another layout).
+        ``(convolutions, moves)``: every convolution (XLA's own, or a cuDNN
+        call on GPUs) wherever it sits; and every transpose or copy that is
+        a step of its own: outside fusions, or a fusion whose result is a
+        transpose or copy (reported as its root, with the fusion's shape).
+        `CompiledOp.moves_data_to_another_layout` tells layout changes from
+        plain copies (loop-carried buffers XLA must not overwrite).
     """
     blocks = _computations(text)
+    layouts = {name: _layouts(lines) for name, lines in blocks.items()}
     fused = {name for lines in blocks.values() for line in lines if " fusion(" in line for name in _CALLS.findall(line)}
     convs, moves = [], []
     for name, lines in blocks.items():
         for line in lines:
-            op = _op(line)
+            op = _op(line, layouts[name])
             if op is None:
                 continue
             if op.op in ("convolution", "cudnn-conv"):
@@ -131,18 +165,24 @@ def compiled_ops(text: str) -> tuple[list[CompiledOp], list[CompiledOp]]:
             elif name not in fused and op.op in ("transpose", "copy"):
                 moves.append(op)
             elif name not in fused and op.op == "fusion":
-                called = _CALLS.search(line)
-                root = next((_op(x) for x in blocks.get(called.group(1), []) if x.lstrip().startswith("ROOT")), None)
+                called = _CALLS.search(line).group(1)
+                root = next(
+                    (_op(x, layouts.get(called)) for x in blocks.get(called, []) if x.lstrip().startswith("ROOT")),
+                    None,
+                )
                 if root is not None and root.op in ("transpose", "copy"):
                     moves.append(dataclasses.replace(root, shape=op.shape, dtype=op.dtype))
     return convs, moves
 
 
 def compiled_summary(text: str, *, min_elements: int = 2**20) -> dict[str, object]:
-    """What `compiled_ops` finds, counted: convolutions by layout and result dtype, layout changes by size.
+    """What `compiled_ops` finds, counted, and the collectives.
 
-    ``min_elements``: a transpose or copy of at least this many elements
-    counts as one of an activation (weights and caches are smaller).
+    Convolutions by layout and by result dtype; data movements split into
+    layout changes (transposes, relayouting copies) and plain copies, each
+    in all and of activations; collectives by opcode, wherever they sit.
+    ``min_elements``: a movement of at least this many elements counts as
+    one of an activation (weights are smaller).
     """
     convs, moves = compiled_ops(text)
     by_layout: dict[str, int] = {}
@@ -150,12 +190,22 @@ def compiled_summary(text: str, *, min_elements: int = 2**20) -> dict[str, objec
     for c in convs:
         by_layout[c.dim_labels or c.op] = by_layout.get(c.dim_labels or c.op, 0) + 1
         by_dtype[c.dtype] = by_dtype.get(c.dtype, 0) + 1
-    big = [m for m in moves if m.elements >= min_elements]
+    changes = [m for m in moves if m.moves_data_to_another_layout]
+    copies = [m for m in moves if not m.moves_data_to_another_layout]
+    collectives: dict[str, int] = {}
+    for line in text.splitlines():
+        op = _op(line)
+        if op is not None and op.op.removesuffix("-start") in COLLECTIVES:
+            name = op.op.removesuffix("-start")
+            collectives[name] = collectives.get(name, 0) + 1
     return {
         "convolutions": len(convs),
         "conv_layouts": by_layout,
         "conv_output_dtypes": by_dtype,
-        "layout_changes": len(moves),
-        "activation_layout_changes": len(big),
+        "layout_changes": len(changes),
+        "activation_layout_changes": sum(m.elements >= min_elements for m in changes),
+        "copies": len(copies),
+        "activation_copies": sum(m.elements >= min_elements for m in copies),
         "min_activation_elements": min_elements,
+        "collectives": collectives,
     }

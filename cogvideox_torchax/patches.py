@@ -248,7 +248,16 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
     input itself is not put behind a barrier (materialised): that saves no
     memory (16.90 GiB either way at 13 frames, 480x720) and makes the
     scanned decode 2.2x slower on XLA:CPU (2b, (1,16,5,8,8): 46 s vs 22 s).
+
+    With ``materialise_padded`` (CUDA: cuDNN reads its input from memory
+    anyway) the barrier is on ``(padded input, cache)`` instead: the norm
+    and SiLU producing the input fuse into the concatenation, so the input
+    is never stored apart from its padded copy, and the cache is a slice of
+    that copy. Compiled for an H200 (2b, (1,16,13,60,90), bf16): 6.44 vs
+    6.74 GiB of temporaries, 13 vs 38 activation-sized copies.
     """
+
+    materialise_padded: bool = False
 
     def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
         if not is_torchax(inputs) or self.pad_mode == "replicate":
@@ -256,18 +265,28 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
         x = inputs
         padded = self.fake_context_parallel_forward(x, conv_cache)
         new_cache = padded[:, :, -self.time_kernel_size + 1 :].clone()
+        if self.materialise_padded:
+            padded, new_cache = _barrier((padded, new_cache))
+            return self.conv(padded), new_cache
         x, new_cache = _barrier((x, new_cache))
         output = self.conv(self.fake_context_parallel_forward(x, conv_cache))
         return output, new_cache
 
 
-def apply_cache_first(vae: torch.nn.Module) -> int:
+def apply_cache_first(vae: torch.nn.Module, *, materialise_padded: bool = False) -> int:
     """Makes every time-kernel > 1 `CogVideoXCausalConv3d` a `CacheFirstCausalConv3d`.
+
+    ``materialise_padded``: the barrier holds the padded input rather than
+    the input (see `CacheFirstCausalConv3d`); set on every such module.
 
     Returns:
         How many modules changed in this call (0 on a second call).
     """
-    return _swap_classes(vae, {CogVideoXCausalConv3d: CacheFirstCausalConv3d}, lambda m: m.time_kernel_size > 1)
+    count = _swap_classes(vae, {CogVideoXCausalConv3d: CacheFirstCausalConv3d}, lambda m: m.time_kernel_size > 1)
+    for module in vae.modules():
+        if isinstance(module, CacheFirstCausalConv3d):
+            module.materialise_padded = materialise_padded
+    return count
 
 
 def _time_taps_apply(module: CogVideoXCausalConv3d) -> bool:
@@ -422,6 +441,80 @@ def apply_low_res_spatial_norm(vae: torch.nn.Module) -> int:
         How many modules changed in this call (0 on a second call).
     """
     return _swap_class(vae, CogVideoXSpatialNorm3D, LowResSpatialNorm3D)
+
+
+def _upsample_indices(t: int, h: int, w: int, compress_time: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Source frame, row and column of each output position of upstream's upsampler resize (scale 2)."""
+    if not compress_time or t == 1:
+        t_idx = np.arange(t)
+    elif t % 2 == 1:  # the first frame alone, the rest doubled
+        t_idx = np.concatenate([[0], 1 + nearest_indices(t - 1, 2 * (t - 1), 2.0)])
+    else:
+        t_idx = nearest_indices(t, 2 * t, 2.0)
+    return t_idx, nearest_indices(h, 2 * h, 2.0), nearest_indices(w, 2 * w, 2.0)
+
+
+def _resize_axes(x: jax.Array, indices: tuple[np.ndarray, ...]) -> jax.Array:
+    # An index array that repeats each source twice in order is a broadcast;
+    # anything else a take.
+    for axis, idx in enumerate(indices, start=2):
+        n = x.shape[axis]
+        if np.array_equal(idx, np.arange(n)):
+            continue
+        if len(idx) == 2 * n and np.array_equal(idx, np.arange(2 * n) // 2):
+            x = jnp.repeat(x, 2, axis=axis)
+        else:
+            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis)
+    return x
+
+
+class Conv3dUpsample3D(CogVideoXUpsample3D):
+    """`CogVideoXUpsample3D` as one resize and one 3-D convolution of kernel depth 1, in place.
+
+    Upstream moves frames next to the batch (``permute(0, 2, 1, 3, 4)``),
+    resizes and runs its 2-D convolution on ``(B * T, C, H, W)``, then moves
+    them back. Frame by frame that is a 3-D convolution of kernel
+    ``(1, kh, kw)`` on ``(B, C, T, H, W)`` as it stands, and the resize is
+    one index map per axis (upstream resizes the first of an odd number of
+    frames on its own and concatenates). The values are upstream's. On a
+    GPU it matters: XLA lays 2-D bf16 convolutions out NHWC but 3-D ones
+    NCDHW, so each upsampler was an island of another layout, with
+    activation-sized transposes into and out of it.
+
+    The convolution runs through `kernels.conv.conv` with the module's
+    ``conv`` policy (`apply_conv_bias` first).
+    """
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        c = self.conv
+        if (not is_torchax(inputs) or not isinstance(c, _FusedBiasConv) or c.padding_mode != "zeros"
+                or isinstance(c.padding, str)):
+            return super().forward(inputs)
+        indices = _upsample_indices(*inputs.shape[2:], self.compress_time)
+        fn = functools.partial(
+            _upsample_conv3d,
+            indices=indices,
+            stride=(1, *c.stride),
+            padding=(0, *c.padding),
+            dilation=(1, *c.dilation),
+            groups=c.groups,
+            policy=c.conv_policy,
+        )
+        return interop.torch_view(fn)(inputs, c.weight, c.bias)
+
+
+def _upsample_conv3d(x, weight, bias, *, indices, stride, padding, dilation, groups, policy):
+    return conv(_resize_axes(x, indices), weight[:, :, None], bias, stride=stride, padding=padding,
+                dilation=dilation, groups=groups, **policy.kwargs())
+
+
+def apply_upsample_conv3d(vae: torch.nn.Module) -> int:
+    """Makes every `CogVideoXUpsample3D` in ``vae`` a `Conv3dUpsample3D`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return _swap_class(vae, CogVideoXUpsample3D, Conv3dUpsample3D)
 
 
 def apply_group_norm(vae: torch.nn.Module) -> int:

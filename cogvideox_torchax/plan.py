@@ -11,13 +11,15 @@ Per-backend choices and why:
 
 - Convolution layout. CPU: channels-last; inside the frame-batch scan
   XLA:CPU runs a channels-first convolution ~40x slower (see
-  `kernels.conv`). GPU: channels-last; on an H100 the Flax port's
-  channels-last 3x3x3 convolutions ran ~1.6x faster than ours
-  channels-first in the same bf16 decode (issue 14), though XLA GPU lays
-  every 3-D convolution out NCDHW whatever the program says (compiled for
-  an H200: 228 of 234 convs; `cogvideox_torchax.targets`). TPU: left to XLA,
-  whose TPU layout assignment picks the physical layout of every operand
-  whatever the logical one (not measured here: no TPU was available).
+  `kernels.conv`). CUDA: written channels-first, the layout the compiler
+  keeps: XLA GPU lays every 3-D convolution out NCDHW whatever the program
+  says (compiled for an H200, `cogvideox_torchax.targets`), and with the
+  upsamplers' 2-D convolutions made 3-D (``upsample_conv3d``) every
+  convolution is NCDHW and no activation is transposed (2b at
+  (1,16,13,60,90): 0 transposes, against 73 transposes and copies with
+  channels-last convs and 2-D upsamplers). ROCm: channels-last (not
+  measured). TPU: left to XLA, whose TPU layout assignment picks the
+  physical layout of every operand whatever the logical one.
 - bf16 bias. CPU: added in the fp32 accumulator, rounded once (XLA:CPU
   fuses that epilogue; +0.5 dB against torchax's two roundings). CUDA: the
   same numbers from cuDNN's conv-bias epilogue, which XLA fuses from
@@ -124,6 +126,14 @@ def _time_taps_why_not(target: Target, applied: frozenset[str]) -> str | None:
     return _requires("cache_first")(target, applied)
 
 
+def _upsample_why_not(target: Target, applied: frozenset[str]) -> str | None:
+    if target.platform != "cuda":
+        # XLA:CPU runs 2-D convolutions faster than 3-D ones; the TPU and
+        # ROCm compilers' layouts were not measured.
+        return "only CUDA measured: there XLA lays 2-D convolutions NHWC and 3-D ones NCDHW"
+    return _requires("conv_bias")(target, applied)
+
+
 def _low_res_why_not(target: Target, applied: frozenset[str]) -> str | None:
     if target.tp > 1:
         # Measured at tp=8 (2b, 49 frames at 480x720, fp32): 2.15 GiB per
@@ -151,7 +161,11 @@ _STEPS = (
     _Step("chunk_free_conv", lambda m, plan, mesh: patches.apply_safe_conv(m), _chunk_free_why_not),
     _Step("nearest_upsample", None),
     _Step("trim_conv_cache", lambda m, plan, mesh: patches.apply_conv_cache_trim(m)),
-    _Step("cache_first", lambda m, plan, mesh: patches.apply_cache_first(m)),
+    _Step("upsample_conv3d", lambda m, plan, mesh: patches.apply_upsample_conv3d(m), _upsample_why_not),
+    _Step(
+        "cache_first",
+        lambda m, plan, mesh: patches.apply_cache_first(m, materialise_padded=plan.target.platform == "cuda"),
+    ),
     _Step("time_tap_conv", lambda m, plan, mesh: patches.apply_time_tap_conv(m), _time_taps_why_not),
     _Step("low_res_spatial_norm", lambda m, plan, mesh: patches.apply_low_res_spatial_norm(m), _low_res_why_not),
     _Step("frame_scan", lambda m, plan, mesh: frame_scan.apply_frame_scan(m), _requires("trim_conv_cache")),
@@ -169,7 +183,7 @@ def conv_policy(target: Target, options: RuntimeOptions) -> ConvPolicy:
         split = GPU_MAX_CONV_ELEMENTS
     fused = target.platform == "cuda" and target.dtype != "float32"
     return ConvPolicy(
-        channels_last=target.platform != "tpu",
+        channels_last=target.platform in ("cpu", "rocm"),
         bias_in_fp32=target.dtype == "float32" or target.platform == "cpu" or fused,
         fused_bias=fused,
         max_elements=split,

@@ -52,10 +52,15 @@ def test_cpu_bf16_program_accumulates_the_bias_in_fp32(tiny_bf16):
 
 
 def test_layouts_per_platform(tiny_bf16):
-    cuda = hlo.convolutions(tiny_bf16.lower_decode(_TINY, platform="cuda").as_text())
-    tpu = hlo.convolutions(tiny_bf16.lower_decode(_TINY, platform="tpu").as_text())
-    assert all(c.channels_last for c in cuda), {c.input_layout for c in cuda}
-    assert not any(c.channels_last for c in tpu), {c.input_layout for c in tpu}
+    # CUDA and TPU programs are written channels-first (the CUDA compiler
+    # keeps NCDHW, test_targets checks it), the CPU's channels-last; on CUDA
+    # the upsamplers' convs are 3-D too, so there is no 2-D conv left.
+    for platform in ("cuda", "tpu"):
+        convs = hlo.convolutions(tiny_bf16.lower_decode(_TINY, platform=platform).as_text())
+        assert not any(c.channels_last for c in convs), (platform, {c.input_layout for c in convs})
+        assert (platform == "cuda") == all(len(c.input_shape) == 5 for c in convs), platform
+    cpu = hlo.convolutions(tiny_bf16.lower_decode(_TINY).as_text())
+    assert all(c.channels_last for c in cpu), {c.input_layout for c in cpu}
 
 
 def test_the_mesh_platform_program_is_untouched_by_lowering_for_others(tiny_upstream, tiny_bf16):
@@ -66,10 +71,23 @@ def test_the_mesh_platform_program_is_untouched_by_lowering_for_others(tiny_upst
         tiny_bf16.lower_decode(_TINY, platform="opencl")
 
 
-def test_encode_lowers_for_cuda_with_channels_last_bf16_convs(tiny_bf16):
+def test_encode_lowers_for_cuda_with_bf16_convs(tiny_bf16):
     convs = hlo.convolutions(tiny_bf16.lower_encode((1, 3, 9, 16, 16), platform="cuda").as_text())
-    assert convs and all(c.channels_last for c in convs)
+    assert convs and not any(c.channels_last for c in convs)
     assert all(c.output_dtype == "bf16" for c in convs if c.input_dtype == "bf16")
+
+
+@pytest.mark.parametrize("frames", [1, 2, 5])
+def test_cuda_plan_in_fp32_equals_upstream(tiny_upstream, frames):
+    # The CUDA plan's own patches (3-D upsampler convs on one-frame, odd and
+    # even frame counts; the padded input behind the cache barrier), run on
+    # this CPU in fp32: upstream's values to fp32 rounding (1e-5).
+    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
+    assert "upsample_conv3d" in vae.plan_for("cuda").steps
+    z = seeded_latents((1, 4, frames, 4, 4), seed=frames)
+    program = vae._program("cuda")
+    ours = _to_host_torch(program.jits["decode"](vae.weights, jnp.asarray(z.numpy())))
+    assert_close(ours, upstream_decode(tiny_upstream, z), atol=1e-5, label=f"cuda plan fp32, {frames} frames")
 
 
 # CogVideoX 1.5 at 81 and 161 frames of 768x1360 (latents 21 and 41 x 96x170):

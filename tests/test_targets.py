@@ -36,10 +36,20 @@ def test_known_targets_and_their_budgets():
 
 def test_h200_program_runs_cudnn_convs_with_the_bias_fused_and_bf16_activations(tiny_bf16):
     compiled = tiny_bf16.compile_decode(_TINY, target="h200")
-    convs, _ = hlo.compiled_ops(compiled.as_text())
+    text = compiled.as_text()
+    convs, moves = hlo.compiled_ops(text)
     assert len(convs) >= 60
     # Every convolution is one cuDNN call: the bias is in its fp32 epilogue, not a separate add.
     assert all(c.op == "cudnn-conv" for c in convs)
+    # All NCDHW, the layout XLA GPU gives 3-D convolutions, and no activation
+    # moved to another layout or copied (the smallest activation: 8 channels
+    # at latent size; with 2-D upsampler convs and channels-last writing
+    # there were 20 transposes and copies here).
+    assert {c.dim_labels for c in convs} == {"bf012_oi012->bf012"}
+    smallest = _TINY[0] * 8 * _TINY[2] * _TINY[3] * _TINY[4]
+    assert [m for m in moves if m.elements >= smallest] == []
+    summary = hlo.compiled_summary(text, min_elements=smallest)
+    assert summary["activation_layout_changes"] == summary["activation_copies"] == 0 and summary["collectives"] == {}
     # fp32 results only for SpatialNorm's 1x1x1 convs at latent resolution (on purpose).
     batch, _, frames, height, width = _TINY
     latent_res = batch * 32 * (frames + 1) * height * width
@@ -58,6 +68,7 @@ def test_tpu_program_over_two_chips_shards_width(tiny_bf16):
     convs, _ = hlo.compiled_ops(text)
     assert len(convs) >= 60 and {c.dtype for c in convs if c.elements > 4096} == {"bf16"}
     assert "collective-permute" in text or "all-gather" in text  # the width halo crosses chips
+    assert hlo.compiled_summary(text)["collectives"]
     plan = tiny_bf16.memory_plan(_TINY, target="v6e-8", mesh="dp=1,tp=2")
     assert plan.mesh == (1, 2) and plan.target == "v6e-8"
 

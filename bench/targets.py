@@ -1,0 +1,185 @@
+"""``python -m bench.targets``: ours and the Flax port compiled for an accelerator that is not attached.
+
+Both decodes are compiled the same way, by the target's own XLA compiler on
+its compile-only devices (`cogvideox_torchax.targets`), in bf16::
+
+    python -m bench.targets --target h200 --shape 1,16,13,60,90 --shape 1,16,21,96,170
+    python -m bench.targets --target v6e-8 --mesh dp=1,tp=8 --shape 1,16,21,96,170
+
+Each shape is decoded by the model its latent channels and size name
+(``--model`` overrides: 2b for 13 latent frames at 60x90, 1.5 for 21 at
+96x170, as `MODELS`). Every (system, target, shape) compiles in a fresh
+process with JAX's persistent cache off, the model built before the clock
+starts, so the times are first compiles. Printed per row: per-device
+temp / argument / output bytes (or the bytes a TPU compile refused for),
+trace+lower and compile seconds, convolutions by layout, the activations
+(at least 2^20 elements) moved to another layout (transposes, relayouting
+copies) or copied as they are, as steps of their own, and the collectives
+(tp > 1). Nothing runs: these are the compiled program's
+facts, not times on a device.
+
+``--hlo-dir DIR`` keeps each optimized HLO text for reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SYSTEMS = ("ours", "flax")
+# The model a headline shape belongs to: (T, H, W) of the latents -> preset.
+MODELS = {(13, 60, 90): "random:cogvideox-2b", (21, 96, 170): "random:cogvideox-1.5"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.targets", description=__doc__.splitlines()[0])
+    p.add_argument("--target", action="append", help="a name of cogvideox_torchax.targets.TARGETS (repeatable)")
+    p.add_argument("--mesh", default=None, help="dp=D,tp=T over the target's devices (default: all on tp)")
+    p.add_argument("--shape", action="append", help="latents B,C,T,H,W (repeatable; default 1,16,13,60,90)")
+    p.add_argument("--model", default=None, help="random:PRESET or a local diffusers VAE folder (default: by shape)")
+    p.add_argument("--systems", default="ours,flax", help="ours and/or flax")
+    p.add_argument("--hlo-dir", default=None, help="write each optimized HLO text here")
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: compile one system in this process
+    return p
+
+
+def _model_for(shape: tuple[int, ...], model: str | None) -> str:
+    if model is not None:
+        return model
+    return MODELS.get(tuple(shape[2:]), "random:cogvideox-2b")
+
+
+def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: tuple[int, ...]) -> dict[str, Any]:
+    import jax
+
+    import cogvideox_torchax as ct
+    from bench.inputs import load_upstream
+    from cogvideox_torchax import budget, hlo, targets
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    acc = targets.get(target)
+    on = targets.target_mesh(acc.name, mesh)
+    upstream = load_upstream(model, seed=0)
+    row: dict[str, Any] = {
+        "system": system, "target": acc.name, "mesh": dict(on.shape), "model": model, "shape": list(shape),
+        "dtype": "bfloat16",
+    }
+    if system == "ours":
+        vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(dtype="bfloat16"))
+        row["plan"] = vae.plan_for(acc.platform).as_dict()
+        t0 = time.perf_counter()
+        lowered = vae.lower_decode(shape, target=acc.name, mesh=(on.shape["dp"], on.shape["tp"]))
+    else:
+        from bench import flax_vae
+
+        port = flax_vae.abstract(upstream.config, dtype="bfloat16", mesh=on)
+        t0 = time.perf_counter()
+        lowered = port.lower(shape)
+    t1 = time.perf_counter()
+    row["trace_lower_s"] = round(t1 - t0, 2)
+    try:
+        compiled = lowered.compile()
+    except Exception as e:  # a TPU compile refused for memory says how much it needed
+        needed = budget.refused_bytes(e)
+        if needed is None:
+            raise
+        row.update(compile_s=round(time.perf_counter() - t1, 1), refused_bytes=needed, error=str(e).splitlines()[0])
+        return row
+    row["compile_s"] = round(time.perf_counter() - t1, 1)
+    m = compiled.memory_analysis()
+    row["per_device_bytes"] = {"temp": int(m.temp_size_in_bytes), "arguments": int(m.argument_size_in_bytes),
+                               "outputs": int(m.output_size_in_bytes)}
+    text = compiled.as_text()
+    row["compiled"] = hlo.compiled_summary(text)
+    row["_hlo"] = text
+    return row
+
+
+def _run_child(system: str, target: str, args: argparse.Namespace, shape: tuple[int, ...]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.targets", "--one", system, "--target", target,
+           "--shape", ",".join(map(str, shape))]
+    if args.mesh:
+        cmd += ["--mesh", args.mesh]
+    if args.model:
+        cmd += ["--model", args.model]
+    if args.hlo_dir:
+        cmd += ["--hlo-dir", args.hlo_dir]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"system": system, "target": target, "shape": list(shape), "error": tail}
+    return json.loads(lines[-1])
+
+
+def _gib(n: int | None) -> str:
+    return "" if n is None else f"{n / 2**30:.2f}"
+
+
+def _row_line(r: dict[str, Any]) -> str:
+    mesh = r.get("mesh") or {}
+    where = f"{r['target']} dp={mesh.get('dp', '?')},tp={mesh.get('tp', '?')}"
+    shape = "(" + ",".join(map(str, r["shape"])) + ")"
+    if "per_device_bytes" not in r:
+        need = f"refused: needs {r['refused_bytes'] / 1e9:.2f} GB" if "refused_bytes" in r else f"error: {r['error']}"
+        return (f"| {r['system']} | {where} | {shape} | {r.get('trace_lower_s', '')} | {r.get('compile_s', '')} "
+                f"| {need} | | | | | | |")
+    b, c = r["per_device_bytes"], r["compiled"]
+    layouts = ", ".join(f"{k}: {v}" for k, v in sorted(c["conv_layouts"].items(), key=lambda kv: -kv[1]))
+    dtypes = ", ".join(f"{k}: {v}" for k, v in c["conv_output_dtypes"].items())
+    collectives = ", ".join(f"{k}: {v}" for k, v in c["collectives"].items()) or "-"
+    return (f"| {r['system']} | {where} | {shape} | {r['trace_lower_s']} | {r['compile_s']} | {_gib(b['temp'])} "
+            f"| {_gib(b['arguments'])} | {_gib(b['outputs'])} | {c['convolutions']} ({layouts}) -> {dtypes} "
+            f"| {c['activation_layout_changes']} ({c['layout_changes']}) | {c['activation_copies']} ({c['copies']}) "
+            f"| {collectives} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    shapes = [tuple(int(v) for v in s.split(",")) for s in (args.shape or ["1,16,13,60,90"])]
+    if any(len(s) != 5 for s in shapes):
+        raise SystemExit("error: --shape takes B,C,T,H,W")
+    targets_ = args.target or ["h200"]
+    if args.one:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        row = _compile_one(args.one, targets_[0], args.mesh, _model_for(shapes[0], args.model), shapes[0])
+        text = row.pop("_hlo", None)
+        if args.hlo_dir and text is not None:
+            name = f"{row['system']}-{row['target']}-tp{row['mesh']['tp']}-{'x'.join(map(str, shapes[0]))}.hlo.txt"
+            Path(args.hlo_dir).mkdir(parents=True, exist_ok=True)
+            (Path(args.hlo_dir) / name).write_text(text)
+        print(json.dumps(row))
+        return 0
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if not systems or any(s not in SYSTEMS for s in systems):
+        raise SystemExit(f"error: --systems takes {' and/or '.join(SYSTEMS)}")
+    import jax
+
+    print(f"# python -m bench.targets {' '.join(sys.argv[1:] if argv is None else argv)}")
+    print(f"# jax {jax.__version__}, compiled on this machine ({os.cpu_count()} CPUs) for compile-only devices; "
+          "bf16; per-device bytes; nothing run")
+    if not args.json:
+        print("| system | target, mesh | latents | trace+lower s | compile s | temp GiB | args GiB | out GiB "
+              "| convolutions (layouts) -> result dtypes | activations moved to another layout (all moves) "
+              "| activations copied (all copies) | collectives |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    failed = False
+    for target in targets_:
+        for shape in shapes:
+            for system in systems:
+                row = _run_child(system, target, args, shape)
+                failed |= "error" in row and "refused_bytes" not in row
+                print(json.dumps(row) if args.json else _row_line(row), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
