@@ -129,7 +129,7 @@ def _row_line(r: dict[str, Any]) -> str:
     where = f"{r['target']} dp={mesh.get('dp', '?')},tp={mesh.get('tp', '?')}"
     shape = "(" + ",".join(map(str, r["shape"])) + ")"
     if "per_device_bytes" not in r:
-        need = f"refused: needs {r['refused_bytes'] / 1e9:.2f} GB" if "refused_bytes" in r else f"error: {r['error']}"
+        need = f"refused: needs {r['refused_bytes'] / 2**30:.2f} GiB" if "refused_bytes" in r else f"error: {r['error']}"
         return (f"| {r['system']} | {where} | {shape} | {r.get('trace_lower_s', '')} | {r.get('compile_s', '')} "
                 f"| {need} | | | | | | |")
     b, c = r["per_device_bytes"], r["compiled"]

@@ -74,13 +74,13 @@ class RuntimeOptions:
             and carry partial sums as their conv cache
             (`patches.TimeTapCausalConv3d`, ~1.5x faster convs on XLA:CPU).
             CPU and fp32 only. Needs ``cache_first``.
-        upsample_conv3d: each upsampler resizes and convolves its
-            ``(B, C, T, H, W)`` input as it stands, one 3-D convolution of
-            kernel depth 1 (`patches.Conv3dUpsample3D`), instead of moving
-            frames next to the batch for a 2-D convolution: on CUDA, XLA
-            lays 2-D convolutions out NHWC and 3-D ones NCDHW, and the
-            islands cost activation-sized transposes. CUDA only; needs
-            ``conv_bias``.
+        resample_conv3d: the upsamplers and downsamplers resize and
+            convolve ``(B, C, T, H, W)`` as it stands, one 3-D convolution
+            of kernel depth 1 (`cogvideox_torchax.resample`), instead of
+            moving frames next to the batch for a 2-D convolution: on
+            CUDA, XLA lays 2-D convolutions out NHWC and 3-D ones NCDHW,
+            and the islands cost activation-sized transposes; on TPU the
+            program needs less memory. CUDA and TPU; needs ``conv_bias``.
         low_res_spatial_norm: SpatialNorm's 1x1x1 ``conv_y``/``conv_b`` run
             on ``zq`` before its nearest resize, not after
             (`patches.LowResSpatialNorm3D`): the same values without two
@@ -111,7 +111,7 @@ class RuntimeOptions:
     trim_conv_cache: bool | None = None
     cache_first: bool | None = None
     time_tap_conv: bool | None = None
-    upsample_conv3d: bool | None = None
+    resample_conv3d: bool | None = None
     low_res_spatial_norm: bool | None = None
     frame_scan: bool | None = None
     tile_batching: bool | None = None

@@ -53,12 +53,12 @@ def test_cpu_bf16_program_accumulates_the_bias_in_fp32(tiny_bf16):
 
 def test_layouts_per_platform(tiny_bf16):
     # CUDA and TPU programs are written channels-first (the CUDA compiler
-    # keeps NCDHW, test_targets checks it), the CPU's channels-last; on CUDA
-    # the upsamplers' convs are 3-D too, so there is no 2-D conv left.
+    # keeps NCDHW, test_targets checks it), the CPU's channels-last; on both
+    # the resamplers' convs are 3-D too, so there is no 2-D conv left.
     for platform in ("cuda", "tpu"):
         convs = hlo.convolutions(tiny_bf16.lower_decode(_TINY, platform=platform).as_text())
         assert not any(c.channels_last for c in convs), (platform, {c.input_layout for c in convs})
-        assert (platform == "cuda") == all(len(c.input_shape) == 5 for c in convs), platform
+        assert all(len(c.input_shape) == 5 for c in convs), platform
     cpu = hlo.convolutions(tiny_bf16.lower_decode(_TINY).as_text())
     assert all(c.channels_last for c in cpu), {c.input_layout for c in cpu}
 
@@ -77,13 +77,26 @@ def test_encode_lowers_for_cuda_with_bf16_convs(tiny_bf16):
     assert all(c.output_dtype == "bf16" for c in convs if c.input_dtype == "bf16")
 
 
+@pytest.mark.parametrize("frames", [1, 9, 10])
+def test_cuda_plan_encode_in_fp32_equals_upstream(tiny_upstream, frames):
+    # The downsamplers as 3-D convs and frame-pair means (odd and even frame
+    # counts, and one frame: nothing to average), run on this CPU in fp32.
+    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
+    x = seeded_latents((1, 3, frames, 16, 16), seed=frames)
+    program = vae._program("cuda")
+    ours = _to_host_torch(program.jits["encode"](vae.weights, jnp.asarray(x.numpy())))
+    with torch.no_grad():
+        reference = tiny_upstream._encode(x)
+    assert_close(ours, reference, atol=1e-5, label=f"cuda plan encode fp32, {frames} frames")
+
+
 @pytest.mark.parametrize("frames", [1, 2, 5])
 def test_cuda_plan_in_fp32_equals_upstream(tiny_upstream, frames):
     # The CUDA plan's own patches (3-D upsampler convs on one-frame, odd and
     # even frame counts; the padded input behind the cache barrier), run on
     # this CPU in fp32: upstream's values to fp32 rounding (1e-5).
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
-    assert "upsample_conv3d" in vae.plan_for("cuda").steps
+    assert "resample_conv3d" in vae.plan_for("cuda").steps
     z = seeded_latents((1, 4, frames, 4, 4), seed=frames)
     program = vae._program("cuda")
     ours = _to_host_torch(program.jits["decode"](vae.weights, jnp.asarray(z.numpy())))

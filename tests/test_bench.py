@@ -209,3 +209,23 @@ def test_lowered_describes_a_tpu_program_on_this_cpu():
     # The convolutions read and write at least what the unfused program's count holds for them.
     assert 0 < report["conv_io_bytes"] < report["xla_unoptimised_bytes"]
     assert report["analytic_conv_flops"] > 0
+
+
+def test_targets_bench_compiles_ours_and_the_flax_port_for_a_gpu(tmp_path):
+    # Each system in its own process, compiled by the H200's compiler (~20 s).
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.targets", "--target", "h200", "--shape", "1,4,3,8,16", "--model", "random:tiny",
+         "--json", "--hlo-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [r["system"] for r in rows] == ["ours", "flax"]
+    for r in rows:
+        assert r["target"] == "h200" and r["per_device_bytes"]["temp"] > 0 and r["compile_s"] > 0
+        assert r["compiled"]["convolutions"] >= 60
+    ours, flax = (r["compiled"] for r in rows)
+    # Ours: every conv NCDHW, as the GPU compiler keeps 3-D convs; the Flax
+    # port's 2-D upsampler convs are NHWC.
+    assert set(ours["conv_layouts"]) == {"bf012_oi012->bf012"} and len(flax["conv_layouts"]) > 1
+    assert len(list(tmp_path.glob("*.hlo.txt"))) == 2

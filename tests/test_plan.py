@@ -26,7 +26,7 @@ def test_cpu_fp32_one_device_runs_every_cpu_patch():
     plan = build_plan(ct.RuntimeOptions(), Target("cpu", "float32"))
     assert plan.steps == _CPU_FP32
     assert dict(plan.skipped) == {
-        "upsample_conv3d": "only CUDA measured: there XLA lays 2-D convolutions NHWC and 3-D ones NCDHW",
+        "resample_conv3d": "measured on CUDA and TPU only (their compilers' layouts and memory)",
         "shard_activations": "a one-device mesh has nothing to shard",
     }
     assert plan.conv.channels_last and plan.conv.bias_in_fp32 and plan.conv.max_elements is None
@@ -49,7 +49,7 @@ def test_gpu_bf16(platform):
     # CUDA: channels-first, the NCDHW the compiler keeps, and 3-D upsampler
     # convs (no 2-D layout island); ROCm was never compiled: as before.
     cuda = plan.target.platform == "cuda"
-    assert plan.conv.channels_last != cuda and ("upsample_conv3d" in plan.steps) == cuda
+    assert plan.conv.channels_last != cuda and ("resample_conv3d" in plan.steps) == cuda
     # CUDA: the bias in cuDNN's fp32 epilogue (the compiler fuses it); ROCm: after rounding.
     assert plan.conv.bias_in_fp32 == plan.conv.fused_bias == cuda
     assert plan.conv.max_elements == GPU_MAX_CONV_ELEMENTS == 2**31 - 1
@@ -88,8 +88,8 @@ def test_requirements_follow_what_is_off():
         (ct.RuntimeOptions(dtype="bf16", time_tap_conv=True), Target("cpu", "bfloat16"), "bf16"),
         (ct.RuntimeOptions(low_res_spatial_norm=True), Target("cpu", "float32", tp=4), "tp > 1"),
         (ct.RuntimeOptions(shard_activations=True), Target("cpu", "float32"), "one-device"),
-        (ct.RuntimeOptions(upsample_conv3d=True), Target("tpu", "bfloat16"), "only CUDA"),
-        (ct.RuntimeOptions(upsample_conv3d=True, conv_bias=False), Target("cuda", "bfloat16"), "needs conv_bias"),
+        (ct.RuntimeOptions(resample_conv3d=True), Target("rocm", "bfloat16"), "CUDA and TPU only"),
+        (ct.RuntimeOptions(resample_conv3d=True, conv_bias=False), Target("cuda", "bfloat16"), "needs conv_bias"),
     ],
 )
 def test_a_switch_set_true_that_cannot_apply_says_why(options, target, why):

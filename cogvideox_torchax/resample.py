@@ -1,0 +1,138 @@
+"""Upsamplers and downsamplers as 3-D convolutions of kernel depth 1, on the activation as it stands.
+
+Upstream's `CogVideoXUpsample3D` and `CogVideoXDownsample3D` move frames
+next to the batch (``permute(0, 2, 1, 3, 4)``) to run a 2-D convolution on
+``(B * T, C, H, W)``, then move them back; the downsampler also averages
+frame pairs with a 1-D pool over ``(B * H * W, C, T)``. Frame by frame, the
+2-D convolution is a 3-D one of kernel ``(1, kh, kw)`` on ``(B, C, T, H, W)``,
+and both resamplings in time are index arithmetic on the time axis. Written
+so, the values are upstream's and nothing is permuted.
+
+Why: XLA GPU lays bf16 2-D convolutions out NHWC and 3-D ones NCDHW, so each
+resampler was an island of another layout with activation-sized transposes
+into and out of it (compiled for an H200, 2b decode at (1,16,13,60,90): 36
+activation transposes and 6 NHWC convolutions before, none after).
+`cogvideox_torchax.plan` applies it on CUDA (``resample_conv3d``).
+
+The convolutions run through `kernels.conv.conv` with the resampler's
+``conv`` policy (`patches.apply_conv_bias` must come first; without a
+policy the module runs upstream's code).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from diffusers.models.downsampling import CogVideoXDownsample3D
+from diffusers.models.upsampling import CogVideoXUpsample3D
+
+from cogvideox_torchax._torch_compat import import_torchax
+from cogvideox_torchax.patches import is_torchax
+
+import_torchax()
+from torchax import interop  # noqa: E402  (torchax must come through the shim)
+
+from cogvideox_torchax.kernels.conv import conv  # noqa: E402
+from cogvideox_torchax.kernels.upsample import nearest_indices  # noqa: E402
+
+
+def _applies(module: torch.nn.Module, inputs: torch.Tensor) -> bool:
+    c = module.conv
+    return (is_torchax(inputs) and hasattr(c, "conv_policy") and c.padding_mode == "zeros"
+            and not isinstance(c.padding, str))
+
+
+def _conv3d(x: jax.Array, weight: jax.Array, bias: jax.Array | None, c: torch.nn.Conv2d) -> jax.Array:
+    return conv(x, weight[:, :, None], bias, stride=(1, *c.stride), padding=(0, *c.padding),
+                dilation=(1, *c.dilation), groups=c.groups, **c.conv_policy.kwargs())
+
+
+def upsample_indices(t: int, h: int, w: int, compress_time: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Source frame, row and column of each output position of upstream's upsampler resize (scale 2)."""
+    if not compress_time or t == 1:
+        t_idx = np.arange(t)
+    elif t % 2 == 1:  # the first frame alone, the rest doubled
+        t_idx = np.concatenate([[0], 1 + nearest_indices(t - 1, 2 * (t - 1), 2.0)])
+    else:
+        t_idx = nearest_indices(t, 2 * t, 2.0)
+    return t_idx, nearest_indices(h, 2 * h, 2.0), nearest_indices(w, 2 * w, 2.0)
+
+
+def _resize(x: jax.Array, indices: tuple[np.ndarray, ...]) -> jax.Array:
+    # Each source repeated twice in order is a broadcast; anything else a take.
+    for axis, idx in enumerate(indices, start=2):
+        n = x.shape[axis]
+        if np.array_equal(idx, np.arange(n)):
+            continue
+        if len(idx) == 2 * n and np.array_equal(idx, np.arange(2 * n) // 2):
+            x = jnp.repeat(x, 2, axis=axis)
+        else:
+            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis)
+    return x
+
+
+def halve_time(x: jax.Array) -> jax.Array:
+    """Upstream's downsampler in time: frame pairs averaged, an odd first frame kept as it is.
+
+    The mean is taken in fp32 and rounded once, as torch's ``avg_pool1d``.
+    """
+    t = x.shape[2]
+    first, rest = (x[:, :, :1], x[:, :, 1:]) if t % 2 == 1 else (None, x)
+    if rest.shape[2]:
+        pairs = rest[:, :, : rest.shape[2] // 2 * 2]
+        f32 = pairs.astype(jnp.float32)
+        rest = ((f32[:, :, 0::2] + f32[:, :, 1::2]) * 0.5).astype(x.dtype)
+    return rest if first is None else jnp.concatenate([first, rest], axis=2)
+
+
+class Conv3dUpsample3D(CogVideoXUpsample3D):
+    """`CogVideoXUpsample3D` as one resize (an index map per axis) and one depth-1 3-D convolution."""
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if not _applies(self, inputs):
+            return super().forward(inputs)
+        indices = upsample_indices(*inputs.shape[2:], self.compress_time)
+
+        def run(x, weight, bias):
+            return _conv3d(_resize(x, indices), weight, bias, self.conv)
+
+        return interop.torch_view(run)(inputs, self.conv.weight, self.conv.bias)
+
+
+class Conv3dDownsample3D(CogVideoXDownsample3D):
+    """`CogVideoXDownsample3D` as frame-pair means (`halve_time`), its zero pad, one depth-1 3-D convolution."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _applies(self, x):
+            return super().forward(x)
+
+        def run(x, weight, bias):
+            if self.compress_time:
+                x = halve_time(x)
+            x = jnp.pad(x, [(0, 0)] * 3 + [(0, 1), (0, 1)])  # upstream's F.pad(x, (0, 1, 0, 1))
+            return _conv3d(x, weight, bias, self.conv)
+
+        return interop.torch_view(run)(x, self.conv.weight, self.conv.bias)
+
+
+_SWAPS = {CogVideoXUpsample3D: Conv3dUpsample3D, CogVideoXDownsample3D: Conv3dDownsample3D}
+
+
+def apply_resample_conv3d(vae: torch.nn.Module) -> int:
+    """Makes every upstream upsampler and downsampler in ``vae`` its depth-1 3-D convolution form.
+
+    Apply it after `patches.apply_conv_bias` and before
+    `patches.apply_width_sharding` (which composes onto exact classes).
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    count = 0
+    for module in vae.modules():
+        patched = _SWAPS.get(type(module))
+        if patched is not None:
+            module.__class__ = patched
+            count += 1
+    return count
