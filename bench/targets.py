@@ -148,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     if any(len(s) != 5 for s in shapes):
         raise SystemExit("error: --shape takes B,C,T,H,W")
     targets_ = args.target or ["h200"]
+    from cogvideox_torchax import targets
+
+    for name in targets_:
+        try:
+            targets.get(name)
+        except ValueError as e:
+            raise SystemExit(f"error: --target: {e}") from None
     if args.one:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         row = _compile_one(args.one, targets_[0], args.mesh, _model_for(shapes[0], args.model), shapes[0])

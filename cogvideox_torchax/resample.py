@@ -35,7 +35,7 @@ import_torchax()
 from torchax import interop  # noqa: E402  (torchax must come through the shim)
 
 from cogvideox_torchax.kernels.conv import conv  # noqa: E402
-from cogvideox_torchax.kernels.upsample import nearest_indices  # noqa: E402
+from cogvideox_torchax.kernels.upsample import nearest, nearest_indices  # noqa: E402
 
 
 def _applies(module: torch.nn.Module, inputs: torch.Tensor) -> bool:
@@ -49,28 +49,20 @@ def _conv3d(x: jax.Array, weight: jax.Array, bias: jax.Array | None, c: torch.nn
                 dilation=(1, *c.dilation), groups=c.groups, **c.conv_policy.kwargs())
 
 
-def upsample_indices(t: int, h: int, w: int, compress_time: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Source frame, row and column of each output position of upstream's upsampler resize (scale 2)."""
-    if not compress_time or t == 1:
-        t_idx = np.arange(t)
-    elif t % 2 == 1:  # the first frame alone, the rest doubled
-        t_idx = np.concatenate([[0], 1 + nearest_indices(t - 1, 2 * (t - 1), 2.0)])
-    else:
-        t_idx = nearest_indices(t, 2 * t, 2.0)
-    return t_idx, nearest_indices(h, 2 * h, 2.0), nearest_indices(w, 2 * w, 2.0)
+def upsample(x: jax.Array, compress_time: bool) -> jax.Array:
+    """Upstream's upsampler resize (scale 2) of ``(B, C, T, H, W)``, by `kernels.upsample.nearest`.
 
-
-def _resize(x: jax.Array, indices: tuple[np.ndarray, ...]) -> jax.Array:
-    # Each source repeated twice in order is a broadcast; anything else a take.
-    for axis, idx in enumerate(indices, start=2):
-        n = x.shape[axis]
-        if np.array_equal(idx, np.arange(n)):
-            continue
-        if len(idx) == 2 * n and np.array_equal(idx, np.arange(2 * n) // 2):
-            x = jnp.repeat(x, 2, axis=axis)
-        else:
-            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis)
-    return x
+    With ``compress_time`` the frames double too, except that the first of
+    an odd number above one is resized alone (kept once, not doubled).
+    """
+    t, h, w = x.shape[2:]
+    if compress_time and t > 1 and t % 2 == 1:
+        frames = np.concatenate([[0], 1 + nearest_indices(t - 1, 2 * (t - 1), 2.0)])
+        x, compress_time = jnp.take(x, jnp.asarray(frames, jnp.int32), axis=2), False
+    t = x.shape[2]
+    if compress_time and t > 1:
+        return nearest(x, (2 * t, 2 * h, 2 * w), (2.0, 2.0, 2.0))
+    return nearest(x, (t, 2 * h, 2 * w), (None, 2.0, 2.0))
 
 
 def halve_time(x: jax.Array) -> jax.Array:
@@ -80,23 +72,21 @@ def halve_time(x: jax.Array) -> jax.Array:
     """
     t = x.shape[2]
     first, rest = (x[:, :, :1], x[:, :, 1:]) if t % 2 == 1 else (None, x)
-    if rest.shape[2]:
-        pairs = rest[:, :, : rest.shape[2] // 2 * 2]
-        f32 = pairs.astype(jnp.float32)
+    if rest.shape[2]:  # an even number of frames: upstream's pool never drops one
+        f32 = rest.astype(jnp.float32)
         rest = ((f32[:, :, 0::2] + f32[:, :, 1::2]) * 0.5).astype(x.dtype)
     return rest if first is None else jnp.concatenate([first, rest], axis=2)
 
 
 class Conv3dUpsample3D(CogVideoXUpsample3D):
-    """`CogVideoXUpsample3D` as one resize (an index map per axis) and one depth-1 3-D convolution."""
+    """`CogVideoXUpsample3D` as one resize (`upsample`) and one depth-1 3-D convolution."""
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if not _applies(self, inputs):
             return super().forward(inputs)
-        indices = upsample_indices(*inputs.shape[2:], self.compress_time)
 
         def run(x, weight, bias):
-            return _conv3d(_resize(x, indices), weight, bias, self.conv)
+            return _conv3d(upsample(x, self.compress_time), weight, bias, self.conv)
 
         return interop.torch_view(run)(inputs, self.conv.weight, self.conv.bias)
 
