@@ -2,7 +2,7 @@
 
 Upstream decodes latent frames in batches of 2 in a Python loop; traced into
 one jit, the loop unrolls and the program grows with every batch. With
-`cogvideox_torchax.frame_scan` the batches after the first are one scan
+`cogvideox_torchax.patches.frame_scan` the batches after the first are one scan
 step each, so the program (and its compile time) should not grow::
 
     python -m bench.compile_time --model random:cogvideox-2b --frames 3,5,9,13,21,41 --hw 8,8

@@ -51,6 +51,7 @@ from bench.flax_layers import (
 )
 from bench.flax_weights import convert_state_dict
 
+
 class Decoder3D(nnx.Module):
     """`CogVideoXDecoder3D`: one frame batch of latents to frames, threading the conv cache."""
 

@@ -1,9 +1,10 @@
 """``python -m bench.memory_plan``: which plan the memory planner picks under each budget, compile-only.
 
 Compiles every candidate of `TorchaxVAE.memory_candidates` once (nothing
-runs) and applies the planner's rule to each budget: the first candidate
-whose compiled bytes fit the budget less `cogvideox_torchax.budget.SAFETY_MARGIN`,
-stopping once smaller tiles stop saving memory::
+runs) and applies the planner's own rule (`cogvideox_torchax.runtime.planner.choose`)
+to each budget: the first candidate whose compiled bytes fit the budget less
+`cogvideox_torchax.runtime.budget.SAFETY_MARGIN`, smaller tiles not tried once
+they stop saving memory::
 
     python -m bench.memory_plan --shape 13,60,90 --budgets 8,16,32
 """
@@ -26,24 +27,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def choose(candidates, usable: int):
-    """The planner's rule over already-measured candidates: the plan, or None."""
-    previous = None
-    for plan in candidates:
-        if plan.bytes <= usable:
-            return plan
-        if plan.tiling is not None and previous is not None and plan.bytes >= previous:
-            return None
-        previous = plan.bytes if plan.tiling is not None else None
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     import jax
 
     import cogvideox_torchax as ct
-    from cogvideox_torchax import budget
+    from cogvideox_torchax.runtime import budget
+    from cogvideox_torchax.runtime.planner import choose
 
     upstream = ct.random_upstream(args.model.removeprefix("random:"))
     t, h, w = (int(v) for v in args.shape.split(","))
@@ -54,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - t0
     rows = []
     for gib in (float(v) for v in args.budgets.split(",")):
-        plan = choose(candidates, budget.usable(int(gib * 2**30)))
+        plan = choose(candidates, lambda c: c.bytes, budget.usable(int(gib * 2**30))).chosen
         rows.append({"budget_gib": gib, "plan": plan.name if plan else None, "bytes": plan.bytes if plan else None})
     report = {
         "command": "python -m bench.memory_plan " + " ".join(sys.argv[1:] if argv is None else argv),

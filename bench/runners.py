@@ -15,7 +15,6 @@ from typing import Any
 
 from bench.inputs import load_upstream, options
 
-
 # -- measurements shared by the jitted systems ---------------------------------
 
 
@@ -104,7 +103,7 @@ def bench_torchax(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
     row: dict[str, Any] = {"load_s": t1 - t0, "compile_s": t2 - t1, "mesh": dict(vae.mesh.shape)}
     row["plan"] = plan.as_dict() if plan is not None else None
     # The plan's own mesh and weights (a memory plan may move to more tp devices).
-    compiled, call_args = vae._prepare("decode", z)
+    compiled, call_args = vae.prepare("decode", z)
     _run_compiled(row, compiled, lambda: jax.block_until_ready(compiled(*call_args)), args, t2, peak_before)
     return row
 

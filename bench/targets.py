@@ -1,7 +1,7 @@
 """``python -m bench.targets``: ours and the Flax port compiled for an accelerator that is not attached.
 
 Both decodes are compiled the same way, by the target's own XLA compiler on
-its compile-only devices (`cogvideox_torchax.targets`), in bf16::
+its compile-only devices (`cogvideox_torchax.runtime.targets`), in bf16::
 
     python -m bench.targets --target h200 --shape 1,16,13,60,90 --shape 1,16,21,96,170
     python -m bench.targets --target v6e-8 --mesh dp=1,tp=8 --shape 1,16,21,96,170
@@ -39,7 +39,7 @@ MODELS = {(13, 60, 90): "random:cogvideox-2b", (21, 96, 170): "random:cogvideox-
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.targets", description=__doc__.splitlines()[0])
-    p.add_argument("--target", action="append", help="a name of cogvideox_torchax.targets.TARGETS (repeatable)")
+    p.add_argument("--target", action="append", help="a name of cogvideox_torchax.runtime.targets.TARGETS (repeatable)")
     p.add_argument("--mesh", default=None, help="dp=D,tp=T over the target's devices (default: all on tp)")
     p.add_argument("--shape", action="append", help="latents B,C,T,H,W (repeatable; default 1,16,13,60,90)")
     p.add_argument("--model", default=None, help="random:PRESET or a local diffusers VAE folder (default: by shape)")
@@ -61,7 +61,7 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
 
     import cogvideox_torchax as ct
     from bench.inputs import load_upstream
-    from cogvideox_torchax import budget, hlo, targets
+    from cogvideox_torchax.runtime import budget, hlo, targets
 
     jax.config.update("jax_enable_compilation_cache", False)
     acc = targets.get(target)
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(len(s) != 5 for s in shapes):
         raise SystemExit("error: --shape takes B,C,T,H,W")
     targets_ = args.target or ["h200"]
-    from cogvideox_torchax import targets
+    from cogvideox_torchax.runtime import targets
 
     for name in targets_:
         try:

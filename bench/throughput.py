@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 def _worker(args: argparse.Namespace) -> dict:
     """One process of a layout: compile, then time; process 0 returns the figures."""
     coordinator, processes, index = args.worker[0], int(args.worker[1]), int(args.worker[2])
-    from cogvideox_torchax import distributed
+    from cogvideox_torchax.parallel import distributed
 
     if processes > 1:
         distributed.initialize_distributed(coordinator, processes, index, timeout_s=120)

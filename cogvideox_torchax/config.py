@@ -45,7 +45,7 @@ class RuntimeOptions:
     """How the upstream VAE is run; validated on construction.
 
     Every switch below is ``None`` (the default: on wherever
-    `cogvideox_torchax.plan` says it applies to the target), ``True`` (on;
+    `cogvideox_torchax.runtime.plan` says it applies to the target), ``True`` (on;
     building a VAE for a target where it cannot apply raises ValueError
     saying why) or ``False`` (off, for comparison). ``vae.plan`` lists what
     runs.
@@ -76,7 +76,7 @@ class RuntimeOptions:
             CPU and fp32 only. Needs ``cache_first``.
         resample_conv3d: the upsamplers and downsamplers resize and
             convolve ``(B, C, T, H, W)`` as it stands, one 3-D convolution
-            of kernel depth 1 (`cogvideox_torchax.resample`), instead of
+            of kernel depth 1 (`cogvideox_torchax.patches.resample`), instead of
             moving frames next to the batch for a 2-D convolution: on
             CUDA, XLA lays 2-D convolutions out NHWC and 3-D ones NCDHW,
             and the islands cost activation-sized transposes; on TPU the

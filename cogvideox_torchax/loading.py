@@ -24,10 +24,10 @@ from jax.sharding import Mesh
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from cogvideox_torchax import budget
 from cogvideox_torchax.config import RuntimeOptions, preset_config
-from cogvideox_torchax.sharding import make_mesh
-from cogvideox_torchax.vae import TorchaxVAE
+from cogvideox_torchax.parallel.sharding import make_mesh
+from cogvideox_torchax.runtime import budget
+from cogvideox_torchax.runtime.vae import TorchaxVAE
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"

@@ -29,6 +29,17 @@ def nearest_indices(in_size: int, out_size: int, scale_factor: float | None = No
     return np.minimum(idx, in_size - 1)
 
 
+def first_frame_apart_indices(in_size: int, out_size: int, scale_factor: float | None = None) -> np.ndarray:
+    """`nearest_indices` of CogVideoX's time resize that keeps the first frame apart.
+
+    Upstream's upsampler and SpatialNorm resize the first frame on its own and
+    the others together (then concatenate) when the frame count is odd and
+    above one: frame 0 maps to frame 0 once, the rest resize as
+    ``in_size - 1`` frames to ``out_size - 1``.
+    """
+    return np.concatenate([[0], 1 + nearest_indices(in_size - 1, out_size - 1, scale_factor)])
+
+
 def nearest(
     x: jax.Array,  # (N, C, *spatial)
     out_size: Sequence[int],

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import hlo
-from cogvideox_torchax.vae import _to_host_torch
-from tests import hlo as escapes
+from cogvideox_torchax.runtime import hlo
+from cogvideox_torchax.runtime.programs import ProgramKey
+from cogvideox_torchax.runtime.vae import to_host_torch
+from tests import stablehlo_rules as escapes
 from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close, psnr
 
@@ -83,8 +84,8 @@ def test_cuda_plan_encode_in_fp32_equals_upstream(tiny_upstream, frames):
     # counts, and one frame: nothing to average), run on this CPU in fp32.
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
     x = seeded_latents((1, 3, frames, 16, 16), seed=frames)
-    program = vae._program("cuda")
-    ours = _to_host_torch(program.jits["encode"](vae.weights, jnp.asarray(x.numpy())))
+    program = vae.programs.program(ProgramKey("cuda"))
+    ours = to_host_torch(program.jits["encode"](vae.weights, jnp.asarray(x.numpy())))
     with torch.no_grad():
         reference = tiny_upstream._encode(x)
     assert_close(ours, reference, atol=1e-5, label=f"cuda plan encode fp32, {frames} frames")
@@ -98,8 +99,8 @@ def test_cuda_plan_in_fp32_equals_upstream(tiny_upstream, frames):
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
     assert "resample_conv3d" in vae.plan_for("cuda").steps
     z = seeded_latents((1, 4, frames, 4, 4), seed=frames)
-    program = vae._program("cuda")
-    ours = _to_host_torch(program.jits["decode"](vae.weights, jnp.asarray(z.numpy())))
+    program = vae.programs.program(ProgramKey("cuda"))
+    ours = to_host_torch(program.jits["decode"](vae.weights, jnp.asarray(z.numpy())))
     assert_close(ours, upstream_decode(tiny_upstream, z), atol=1e-5, label=f"cuda plan fp32, {frames} frames")
 
 
@@ -138,8 +139,8 @@ def test_split_convolutions_equal_upstream(tiny_upstream):
 
 def _decode_with_plan_of(vae, platform: str, z: torch.Tensor) -> torch.Tensor:
     # The GPU/TPU program's patched module, run here on the CPU.
-    program = vae._program(platform)
-    return _to_host_torch(program.jits["decode"](vae.weights, jnp.asarray(z.numpy(), jnp.bfloat16)))
+    program = vae.programs.program(ProgramKey(platform))
+    return to_host_torch(program.jits["decode"](vae.weights, jnp.asarray(z.numpy(), jnp.bfloat16)))
 
 
 # The CUDA plan's convs add the bias in fp32 here, as cuDNN's fused epilogue

@@ -1,7 +1,7 @@
 """The whole bf16 decode, lowered: no activation-sized fp32 value outside a fused computation."""
 
 import cogvideox_torchax as ct
-from tests import hlo
+from tests import stablehlo_rules as hlo
 
 
 def _escapes(options):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import budget
+from cogvideox_torchax.runtime import budget
 from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close
 
@@ -82,6 +82,6 @@ def test_candidate_tiles_keep_upstreams_grid_consistent(frame, overlaps):
     # Upstream crops each tile to tile - int(tile * overlap) pixels and steps by
     # int(latent tile * (1 - overlap)): the candidates make these agree, so a
     # tiled video has the whole video's size.
-    for _, tiling, _ in budget.tiled_candidates(frame, 8, overlaps):
+    for tiling in (c.tiling for c in budget.tiled_candidates(frame, 8, overlaps)):
         for px, overlap in zip((tiling["tile_sample_min_height"], tiling["tile_sample_min_width"]), overlaps):
             assert px - int(px * overlap) == 8 * int(px // 8 * (1 - overlap))

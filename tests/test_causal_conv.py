@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from cogvideox_torchax.kernels.causal_conv import causal_conv3d, causal_conv3d_reference, state_shape
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.plan import Target, build_plan
 from cogvideox_torchax import patches
-from cogvideox_torchax.kernels.causal_conv import causal_conv3d, causal_conv3d_reference, state_shape
+from cogvideox_torchax.runtime.plan import Target, build_plan
 from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close
 

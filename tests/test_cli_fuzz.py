@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import decode, loading
+from cogvideox_torchax import loading
+from cogvideox_torchax.cli import decode
 
 FUZZ = settings(
     max_examples=100,

@@ -6,7 +6,7 @@ import re
 import torch
 from safetensors.torch import save_file
 
-from cogvideox_torchax import decode, encode
+from cogvideox_torchax.cli import decode, encode
 from tests.cli import assert_bad_input
 
 TINY = ["--model", "random:tiny", "--no-unscale", "--no-compile-cache", "--quiet"]
@@ -125,7 +125,7 @@ def test_next_plan_reported_but_not_chosen_keeps_the_plan(tiny_vae):
     # many-latents run goes on after it, on the plan it had, compiled.
     shape = (1, 4, 1, 8, 12)
     plan = tiny_vae.memory_plan(shape)
-    executable = tiny_vae._compile("decode", shape)
+    executable = tiny_vae.compile_decode(shape)
     smaller = tiny_vae.next_plan(shape, choose=False)
     assert smaller.name.startswith("tiles of") and smaller.bytes < plan.bytes
-    assert tiny_vae.planned(shape) == plan and tiny_vae._compile("decode", shape) is executable
+    assert tiny_vae.planned(shape) == plan and tiny_vae.compile_decode(shape) is executable

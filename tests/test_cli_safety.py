@@ -18,7 +18,8 @@ import torch
 from safetensors.torch import save_file
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import _cli, decode, encode, latents, video
+from cogvideox_torchax.cli import decode, encode, errors, out_of_memory, stages
+from cogvideox_torchax.io import latents, video
 from tests.test_video import _tree
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def no_decode(monkeypatch):
     def loaded(*a, **k):
         raise AssertionError("the model was loaded before the refusal")
 
-    monkeypatch.setattr(_cli, "load_stage", loaded)
+    monkeypatch.setattr(stages, "load_stage", loaded)
 
 
 def _refused(capsys, argv, message, main=decode.main, code=2):
@@ -230,11 +231,11 @@ def test_nonfinite_output_names_nan_weights(tiny_vae):
         weights = {**tiny_vae.weights, "decoder.conv_in.conv.weight": jax.numpy.full((2,), jax.numpy.nan)}
         options = tiny_vae.options
 
-    with pytest.raises(_cli.UsageError, match="weight 'decoder.conv_in.conv.weight' holds NaN"):
-        _cli.check_finite(np.array([np.nan]), Vae(), "decode", 1.0)
-    with pytest.raises(_cli.UsageError, match=r"input \(largest \|value\| 3e\+38\) is out of range for float32"):
-        _cli.check_finite(np.array([np.inf]), tiny_vae, "decode", 3e38)
-    _cli.check_finite(np.zeros(3), tiny_vae, "decode", 1.0)
+    with pytest.raises(errors.UsageError, match="weight 'decoder.conv_in.conv.weight' holds NaN"):
+        out_of_memory.check_finite(np.array([np.nan]), Vae(), "decode", 1.0)
+    with pytest.raises(errors.UsageError, match=r"input \(largest \|value\| 3e\+38\) is out of range for float32"):
+        out_of_memory.check_finite(np.array([np.inf]), tiny_vae, "decode", 3e38)
+    out_of_memory.check_finite(np.zeros(3), tiny_vae, "decode", 1.0)
 
 
 # -- 5. every path checked before the expensive work --------------------------
@@ -251,7 +252,7 @@ def test_unusable_default_compile_cache_warns_and_runs(tmp_path, capsys, good, m
     (tmp_path / "home").write_text("a file, so no cache folder can be made under it")
     monkeypatch.delenv("COGVIDEOX_TORCHAX_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(_cli, "_warned", set())
+    monkeypatch.setattr(errors, "_warned", set())
     argv = [good, "--model", "random:tiny", "--mesh", "dp=1,tp=1", "-o", str(tmp_path / "v.npy"), "--json"]
     assert decode.main(argv) == 0
     out, err = capsys.readouterr()

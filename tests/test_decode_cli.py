@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 import cogvideox_torchax as ct
 from cogvideox_torchax.decode import main
-from cogvideox_torchax.video import read_mp4, to_uint8
+from cogvideox_torchax.io.video import read_mp4, to_uint8
 from tests.cli import assert_bad_input
 from tests.parity import assert_close
 
@@ -310,7 +310,7 @@ def test_unknown_output_extension(tmp_path, capsys, good):
 
 
 def test_failed_write_leaves_nothing(tmp_path, capsys, good, monkeypatch):
-    from cogvideox_torchax import video
+    from cogvideox_torchax.io import video
 
     def explode(dest, frames, **kw):
         dest.write_bytes(b"half a video")  # the staged temporary file

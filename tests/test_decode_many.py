@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import batch
+from cogvideox_torchax.cli import batch
 from cogvideox_torchax.decode import main
 from tests.cli import assert_bad_input
 from tests.parity import assert_close
@@ -133,7 +133,8 @@ def test_dry_run_plans_each_shape_and_reports_bad_inputs(tmp_path, capsys):
 
 
 def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_path, capsys, monkeypatch, library):
-    from cogvideox_torchax import decode_many, video
+    from cogvideox_torchax.cli import decode_many
+    from cogvideox_torchax.io import video
 
     z = _inputs(tmp_path / "in")
     (tmp_path / "in" / "bad.safetensors").unlink()

@@ -22,7 +22,7 @@ import torch
 from safetensors.numpy import save_file
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import distributed
+from cogvideox_torchax.parallel import distributed
 from tests.conftest import upstream_decode
 from tests.parity import assert_close
 from tests.two_process import latents
@@ -149,7 +149,7 @@ def test_two_process_cli_encode(tmp_path, tiny_upstream):
     from PIL import Image
     from safetensors.numpy import load_file
 
-    from cogvideox_torchax import frames
+    from cogvideox_torchax.io import frames
 
     clip = (np.arange(9 * 16 * 24 * 3).reshape(9, 16, 24, 3) * 7 % 256).astype(np.uint8)
     (tmp_path / "frames").mkdir()
@@ -172,7 +172,7 @@ def test_two_process_cli_encode(tmp_path, tiny_upstream):
 
 _JOIN_ALONE = """
 import sys
-from cogvideox_torchax import distributed
+from cogvideox_torchax.parallel import distributed
 distributed.initialize_distributed(sys.argv[1], 2, 0, timeout_s=3)
 """
 
@@ -193,5 +193,5 @@ def test_incomplete_cluster_arguments_are_refused(args, message):
 def test_one_process_helpers_pass_through():
     assert distributed.share_json({"a": [1]}) == {"a": [1]}
     assert distributed.share_array(np.arange(3)).tolist() == [0, 1, 2]
-    assert distributed.gather_codes(2) == [2]
+    assert distributed.gather_ints(2) == [2]
 

@@ -3,7 +3,7 @@
 Upstream encodes frames in batches of 8 with the remainder in the first
 batch (9 -> 9, 17 -> 9 + 8), each batch compressing time by 4 (an odd count
 keeps its first frame apart); the batches after the first run as one scan
-(`cogvideox_torchax.frame_scan`). Every count is compared, 4k+1 or not: whatever
+(`cogvideox_torchax.patches.frame_scan`). Every count is compared, 4k+1 or not: whatever
 upstream makes of it is the reference.
 """
 

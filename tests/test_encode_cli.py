@@ -18,9 +18,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import frames
 from cogvideox_torchax.encode import main
-from cogvideox_torchax.video import read_mp4, write_mp4
+from cogvideox_torchax.io import frames
+from cogvideox_torchax.io.video import encode_mp4, read_mp4
 from tests.cli import assert_bad_input
 from tests.parity import assert_close
 
@@ -56,7 +56,7 @@ def _library_latents(clip_fhw3, seed=0):
 def test_mp4_round_trip_through_the_decode_command(tmp_path):
     # 9 frames (8k+1) of 32x48 (multiples of 8): used whole, and decoded back
     # to the same frame count and size.
-    write_mp4(tmp_path / "in.mp4", _clip(9, 32, 48), fps=8, crf=0)
+    encode_mp4(tmp_path / "in.mp4", _clip(9, 32, 48), fps=8, crf=0)
     proc = _cli("encode", tmp_path / "in.mp4", "-o", tmp_path / "z.safetensors", "--json")
     summary = json.loads(proc.stdout)
     assert summary["input_shape"] == [9, 32, 48] and summary["video_shape"] == [1, 3, 9, 32, 48]
@@ -82,7 +82,7 @@ def test_mp4_round_trip_through_the_decode_command(tmp_path):
 
 def test_default_fit_crops_and_cuts_to_what_round_trips(tmp_path, capsys):
     # 10 frames of 36x50 -> 9 frames (8k+1) of 32x48 (multiples of 8), centred.
-    write_mp4(tmp_path / "in.mp4", _clip(10, 36, 50), fps=8, crf=0)
+    encode_mp4(tmp_path / "in.mp4", _clip(10, 36, 50), fps=8, crf=0)
     assert main([str(tmp_path / "in.mp4"), "-o", str(tmp_path / "z.safetensors"), *TINY, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["input_shape"] == [10, 36, 50] and summary["video_shape"] == [1, 3, 9, 32, 48]
@@ -143,7 +143,7 @@ def _bad(tmp_path, capsys, argv, message):
 @pytest.fixture
 def good_mp4(tmp_path):
     path = tmp_path / "in.mp4"
-    write_mp4(path, _clip(2, 16, 16), fps=8, crf=0)
+    encode_mp4(path, _clip(2, 16, 16), fps=8, crf=0)
     return path
 
 
@@ -187,7 +187,7 @@ def test_unreadable_frame(tmp_path, capsys):
 
 def test_too_small(tmp_path, capsys):
     path = tmp_path / "tiny.mp4"
-    write_mp4(path, _clip(1, 16, 6), crf=0)  # H.264 needs even sizes; 6 < 8 wide
+    encode_mp4(path, _clip(1, 16, 6), crf=0)  # H.264 needs even sizes; 6 < 8 wide
     _bad(tmp_path, capsys, [str(path), *TINY, *_out(tmp_path)], "at least 8x8")
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import frame_scan
+from cogvideox_torchax.patches import frame_scan
 from tests.conftest import upstream_decode
 from tests.parity import assert_close
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.video import to_uint8
+from cogvideox_torchax.io.video import to_uint8
 from tests.conftest import seeded_latents
 
 

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
 from cogvideox_torchax.kernels.conv import conv, conv_reference
 from cogvideox_torchax.kernels.group_norm import group_norm, group_norm_reference
-from tests import hlo
+
+from tests import stablehlo_rules as hlo
 from tests.parity import assert_close
 
 SHAPES = [

@@ -4,8 +4,8 @@ import jax
 import pytest
 import torch
 
-from cogvideox_torchax import memory
 from cogvideox_torchax.decode import main
+from cogvideox_torchax.runtime import memory
 
 
 def test_five_decodes_leave_live_memory_where_the_first_did(tiny_vae):

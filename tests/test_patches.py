@@ -10,8 +10,9 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafeConv3d, CogVideoXSpatialNorm3D
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import frame_scan, patches, tiling
+from cogvideox_torchax import patches
 from cogvideox_torchax._torch_compat import import_torchax
+from cogvideox_torchax.patches import frame_scan, tiling
 from tests.conftest import upstream_decode
 from tests.parity import assert_close
 
@@ -128,7 +129,7 @@ def test_conv_patches_compose_in_either_order(fresh, order):
     safe = [m for m in fresh.modules() if isinstance(m, CogVideoXSafeConv3d)]
     assert safe and all(type(m) is patches.JaxChunkFreeSafeConv3d for m in safe)
     convs = [m for m in fresh.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
-    assert all(isinstance(m, patches._FusedBiasConv) for m in convs)
+    assert all(isinstance(m, patches.FusedBiasConv) for m in convs)
     assert patches.apply_safe_conv(fresh) == 0 and patches.apply_conv_bias(fresh) == 0
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.plan import GPU_MAX_CONV_ELEMENTS, Target, build_plan
+from cogvideox_torchax.runtime.plan import GPU_MAX_CONV_ELEMENTS, Target, build_plan
 
 _CPU_FP32 = (
     "group_norm",
@@ -129,3 +129,21 @@ def test_the_plan_is_visible_in_repr_and_json(tiny_vae):
     assert cuda["conv"]["max_elements"] == 2**31 - 1 and "time_tap_conv" in cuda["skipped"]
     with pytest.raises(ValueError, match="platform must be one of"):
         tiny_vae.plan_for("metal")
+
+
+def test_every_switch_has_one_registered_patch_and_the_plan_reads_only_the_registry():
+    from cogvideox_torchax.patches.registry import patches
+    from cogvideox_torchax.runtime.plan import compiler_options
+
+    registered = [p.option for p in patches()]
+    assert sorted(registered) == sorted(ct.RuntimeOptions.switches())
+    # conv_bias before chunk_free_conv (its condition reads it); sharding last (mixins change exact classes).
+    assert registered.index("conv_bias") < registered.index("chunk_free_conv")
+    assert registered.index("trim_conv_cache") < registered.index("frame_scan")
+    assert registered[-1] == "shard_activations"
+    cpu = build_plan(ct.RuntimeOptions(), Target("cpu", "float32"))
+    assert list(cpu.steps) == [o for o in registered if cpu.applies(o)]
+    # A patch's compiler options come with it: XLA:CPU keeps cache_first's barriers only when told.
+    assert compiler_options(cpu) == {"xla_disable_hlo_passes": "cse_barrier_expander"}
+    assert compiler_options(build_plan(ct.RuntimeOptions(cache_first=False), Target("cpu", "float32"))) is None
+    assert compiler_options(build_plan(ct.RuntimeOptions(), Target("cuda", "bfloat16"))) is None

@@ -1,6 +1,6 @@
 """Programs compiled for accelerators that are not here, by their real compilers (the ``aot`` extra).
 
-`cogvideox_torchax.targets` gives compile-only GPU and TPU devices; what is
+`cogvideox_torchax.runtime.targets` gives compile-only GPU and TPU devices; what is
 checked here is the optimized program those compilers return: its
 convolutions, their dtypes and layouts, and its memory per device.
 """
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import budget, hlo, targets
+from cogvideox_torchax.runtime import budget, hlo, targets
 
 _TINY = (1, 4, 3, 8, 16)  # first batch + one scan step, both upsamplers, every SpatialNorm
 

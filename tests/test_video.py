@@ -1,11 +1,21 @@
-"""cogvideox_torchax.video and .latents: the pieces under the command line."""
+"""cogvideox_torchax.io.video and .latents: the pieces under the command line."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from diffusers.video_processor import VideoProcessor
 
-from cogvideox_torchax import latents, video
+from cogvideox_torchax.io import latents, outputs, video
+
+
+def _write(path, v, overwrite=False):
+    """One video written as the commands write it: staged, then moved in."""
+    path = Path(path)
+    with outputs.StagedOutputs([path], overwrite=overwrite) as staged:
+        video.write_video_to(staged.temps[0], outputs.output_kind(path), v)
+        staged.commit()
 
 
 def test_to_uint8_is_diffusers_video_processor():
@@ -23,13 +33,13 @@ def test_to_uint8_is_diffusers_video_processor():
     [("a.mp4", "mp4"), ("a.MP4", "mp4"), ("dir/frames", "png"), ("a.npy", "npy"), ("a.safetensors", "safetensors")],
 )
 def test_output_kind(path, kind):
-    assert video.output_kind(path) == kind
+    assert outputs.output_kind(path) == kind
 
 
 def test_output_paths_one_per_video(tmp_path):
-    assert video.output_paths(tmp_path / "v.mp4", 1) == [tmp_path / "v.mp4"]
-    assert video.output_paths(tmp_path / "v.mp4", 3) == [tmp_path / f"v_{i}.mp4" for i in range(3)]
-    assert video.output_paths(tmp_path / "frames", 2) == [tmp_path / "frames_0", tmp_path / "frames_1"]
+    assert outputs.output_paths(tmp_path / "v.mp4", 1) == [tmp_path / "v.mp4"]
+    assert outputs.output_paths(tmp_path / "v.mp4", 3) == [tmp_path / f"v_{i}.mp4" for i in range(3)]
+    assert outputs.output_paths(tmp_path / "frames", 2) == [tmp_path / "frames_0", tmp_path / "frames_1"]
 
 
 def _tree(root):
@@ -41,18 +51,18 @@ def _tree(root):
 
 def test_png_folder_overwrite_replaces_only_a_folder_of_frames(tmp_path):
     out = tmp_path / "frames"
-    video.write_video(out, np.zeros((3, 3, 4, 4), np.float32))
-    with pytest.raises(video.OutputError, match="exists; pass --overwrite"):
-        video.write_video(out, np.zeros((3, 2, 4, 4), np.float32))
-    video.write_video(out, np.zeros((3, 2, 4, 4), np.float32), overwrite=True)
+    _write(out, np.zeros((3, 3, 4, 4), np.float32))
+    with pytest.raises(outputs.OutputError, match="exists; pass --overwrite"):
+        _write(out, np.zeros((3, 2, 4, 4), np.float32))
+    _write(out, np.zeros((3, 2, 4, 4), np.float32), overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == ["frame_0000.png", "frame_0001.png"]
     assert [p.name for p in tmp_path.iterdir()] == ["frames"]  # no temp or old folders left
     # Anything but frame files in it: refused even with overwrite, nothing touched.
     (out / "notes.txt").write_text("precious")
     (out / "sub").mkdir()
     before = _tree(tmp_path)
-    with pytest.raises(video.OutputError, match=r"holds 'notes.txt' \(and 1 more\).*never replaced"):
-        video.write_video(out, np.zeros((3, 1, 4, 4), np.float32), overwrite=True)
+    with pytest.raises(outputs.OutputError, match=r"holds 'notes.txt' \(and 1 more\).*never replaced"):
+        _write(out, np.zeros((3, 1, 4, 4), np.float32), overwrite=True)
     assert _tree(tmp_path) == before
 
 
@@ -63,15 +73,15 @@ def test_overwrite_never_replaces_a_link_or_a_folder_with_a_file(tmp_path, name)
     (tmp_path / "link.npy").symlink_to(target)
     (tmp_path / "dir.npy").mkdir()
     before = _tree(tmp_path)
-    with pytest.raises(video.OutputError, match="symbolic link"):
-        video.write_raw(tmp_path / "link.npy", np.zeros(3, np.float32), overwrite=True)
-    with pytest.raises(video.OutputError, match="a file output never replaces a folder"):
-        video.write_raw(tmp_path / "dir.npy", np.zeros(3, np.float32), overwrite=True)
+    with pytest.raises(outputs.OutputError, match="symbolic link"):
+        _write(tmp_path / "link.npy", np.zeros(3, np.float32), overwrite=True)
+    with pytest.raises(outputs.OutputError, match="a file output never replaces a folder"):
+        _write(tmp_path / "dir.npy", np.zeros(3, np.float32), overwrite=True)
     assert _tree(tmp_path) == before
 
 
 def test_raw_npy_with_an_upper_case_suffix_lands_at_its_name(tmp_path):
-    video.write_raw(tmp_path / "A.NPY", np.arange(3, dtype=np.float32))
+    _write(tmp_path / "A.NPY", np.arange(3, dtype=np.float32))
     assert [p.name for p in tmp_path.iterdir()] == ["A.NPY"]
     np.testing.assert_array_equal(np.load(tmp_path / "A.NPY"), np.arange(3, dtype=np.float32))
 
@@ -79,33 +89,33 @@ def test_raw_npy_with_an_upper_case_suffix_lands_at_its_name(tmp_path):
 @pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "fallback"])
 def test_rename_noreplace_never_replaces(tmp_path, monkeypatch, renameat2):
     if not renameat2:
-        monkeypatch.setattr(video, "_renameat2", None)
-    elif video._renameat2 is None:
+        monkeypatch.setattr(outputs, "_renameat2", None)
+    elif outputs._renameat2 is None:
         pytest.skip("no renameat2 in this libc")
     (tmp_path / "src").write_bytes(b"new")
     (tmp_path / "dst").write_bytes(b"old")
     with pytest.raises(FileExistsError):
-        video.rename_noreplace(tmp_path / "src", tmp_path / "dst")
+        outputs.rename_noreplace(tmp_path / "src", tmp_path / "dst")
     assert (tmp_path / "dst").read_bytes() == b"old" and (tmp_path / "src").read_bytes() == b"new"
     (tmp_path / "srcdir").mkdir()
     (tmp_path / "srcdir" / "frame_0000.png").write_bytes(b"x")
     (tmp_path / "empty").mkdir()  # a plain rename would replace an empty folder
     with pytest.raises(FileExistsError):
-        video.rename_noreplace(tmp_path / "srcdir", tmp_path / "empty")
+        outputs.rename_noreplace(tmp_path / "srcdir", tmp_path / "empty")
     assert list((tmp_path / "empty").iterdir()) == []
-    video.rename_noreplace(tmp_path / "srcdir", tmp_path / "newdir")
-    video.rename_noreplace(tmp_path / "src", tmp_path / "newfile")
+    outputs.rename_noreplace(tmp_path / "srcdir", tmp_path / "newdir")
+    outputs.rename_noreplace(tmp_path / "src", tmp_path / "newfile")
     assert (tmp_path / "newfile").read_bytes() == b"new" and (tmp_path / "newdir" / "frame_0000.png").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "empty", "newdir", "newfile"]
 
 
 def test_an_output_that_appears_meanwhile_is_not_replaced_and_the_batch_is_all_or_nothing(tmp_path):
     paths = [tmp_path / "v_0.npy", tmp_path / "v_1.npy"]
-    with video.StagedOutputs(paths) as staged:
+    with outputs.StagedOutputs(paths) as staged:
         for tmp in staged.temps:
             tmp.write_bytes(b"ours")
         paths[1].write_bytes(b"theirs")  # appears after the start-up check
-        with pytest.raises(video.OutputError, match="appeared while this command ran"):
+        with pytest.raises(outputs.OutputError, match="appeared while this command ran"):
             staged.commit()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v_1.npy"]  # v_0 taken back, no temp left
     assert paths[1].read_bytes() == b"theirs"
@@ -117,7 +127,7 @@ def test_a_failed_commit_under_overwrite_restores_what_was_replaced(tmp_path, mo
     paths[1].mkdir()
     (paths[1] / "frame_0000.png").write_bytes(b"old frame")
     before = _tree(tmp_path)
-    real = video.rename_noreplace
+    real = outputs.rename_noreplace
     calls = []
 
     def second_fails(src, dst):
@@ -126,8 +136,8 @@ def test_a_failed_commit_under_overwrite_restores_what_was_replaced(tmp_path, mo
             raise OSError(28, "No space left on device")
         real(src, dst)
 
-    monkeypatch.setattr(video, "rename_noreplace", second_fails)
-    with video.StagedOutputs(paths, overwrite=True) as staged:
+    monkeypatch.setattr(outputs, "rename_noreplace", second_fails)
+    with outputs.StagedOutputs(paths, overwrite=True) as staged:
         staged.temps[0].write_bytes(b"new 0")
         (staged.temps[1] / "frame_0000.png").write_bytes(b"new frame")
         with pytest.raises(OSError, match="No space"):
@@ -140,23 +150,23 @@ def test_check_outputs_probes_by_creating_a_file(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(video.tempfile, "mkstemp", refuse)
-    with pytest.raises(video.OutputError, match="is not writable"):
-        video.check_outputs([tmp_path / "o.npy"], overwrite=False)
+    monkeypatch.setattr(outputs.tempfile, "mkstemp", refuse)
+    with pytest.raises(outputs.OutputError, match="is not writable"):
+        outputs.check_outputs([tmp_path / "o.npy"], overwrite=False)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_outputs_that_are_never_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(video.OutputError, match="current folder"):
-        video.check_outputs([tmp_path], overwrite=True)
-    with pytest.raises(video.OutputError, match="current folder|does not name"):
-        video.check_outputs([video.Path(".")], overwrite=True)
-    with pytest.raises(video.OutputError, match="too long"):
-        video.check_outputs([tmp_path / ("x" * 250 + ".npy")], overwrite=False)
+    with pytest.raises(outputs.OutputError, match="current folder"):
+        outputs.check_outputs([tmp_path], overwrite=True)
+    with pytest.raises(outputs.OutputError, match="current folder|does not name"):
+        outputs.check_outputs([outputs.Path(".")], overwrite=True)
+    with pytest.raises(outputs.OutputError, match="too long"):
+        outputs.check_outputs([tmp_path / ("x" * 250 + ".npy")], overwrite=False)
     (tmp_path / "file").write_bytes(b"")
-    with pytest.raises(video.OutputError, match="is not a folder"):
-        video.check_outputs([tmp_path / "file" / "o.npy"], overwrite=False)
+    with pytest.raises(outputs.OutputError, match="is not a folder"):
+        outputs.check_outputs([tmp_path / "file" / "o.npy"], overwrite=False)
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
 
 

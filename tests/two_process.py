@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import distributed
+from cogvideox_torchax.parallel import distributed
 
 
 def latents(batch: int, seed: int) -> np.ndarray:

@@ -20,7 +20,7 @@ SHAPE = (1, 4, 2, 6, 40)  # four tilings (down to 7.4 MB), then tp=8 at 7.0 MB
 @pytest.fixture
 def compile_cache(tmp_path):
     # The planning VAE compiles the probe's candidates again: from the cache, in a fraction of the time.
-    from cogvideox_torchax import compile_cache
+    from cogvideox_torchax.runtime import compile_cache
 
     compile_cache.enable_compile_cache(tmp_path / "cache")
     yield
@@ -35,7 +35,7 @@ def test_planner_moves_to_more_devices_on_tp_when_tiles_do_not_fit(tiny_upstream
     one_device = [c.bytes for c in candidates if c.mesh is None]
     tp8 = candidates[-1]
     assert len(one_device) == 5 and tp8.mesh == (1, 8) and tp8.bytes < min(one_device)  # else no such budget
-    assert not probe._other_weights  # planning traces other meshes from shapes: no weight copies made
+    assert not probe.programs.copied_to()  # planning traces other meshes from shapes: no weight copies made
     budget_bytes = int((min(one_device) - 1) / 0.9)  # below every one-device plan, margin included
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", max_memory=budget_bytes)
     z = torch.randn(SHAPE, generator=torch.Generator().manual_seed(3))
@@ -44,6 +44,6 @@ def test_planner_moves_to_more_devices_on_tp_when_tiles_do_not_fit(tiny_upstream
     assert plan.mesh is not None and plan.mesh[1] > 1 and plan.name.startswith("whole on dp=1,tp=")
     assert dict(vae.mesh.shape) == {"dp": 1, "tp": 1}  # the VAE's own mesh is unchanged
     assert_close(got, probe.decode(z).sample, atol=1e-5, label=f"planned {plan.name} vs one device")
-    assert list(vae._other_weights) == [plan.mesh]  # only the chosen mesh got the weights
+    assert vae.programs.copied_to() == [plan.mesh]  # only the chosen mesh got the weights
     vae.clear_compiled()
-    assert not vae._other_weights
+    assert not vae.programs.copied_to()

@@ -13,8 +13,6 @@ import os
 import sys
 from typing import TextIO
 
-import jax
-
 ENV_VAR = "COGVIDEOX_TORCHAX_MEMORY_REPORT"
 
 
@@ -25,6 +23,8 @@ def live_device_bytes() -> tuple[dict[str, int], str]:
         ``({device: bytes}, source)``; source is ``"memory_stats"`` when
         every device reports ``bytes_in_use``, else ``"live_arrays"``.
     """
+    import jax
+
     devices = jax.local_devices()
     stats = [d.memory_stats() or {} for d in devices]
     if all("bytes_in_use" in s for s in stats):

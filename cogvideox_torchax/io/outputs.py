@@ -1,13 +1,15 @@
-"""Writing decoded videos: H.264 mp4, PNG frame folders, raw float frames.
+"""Outputs written atomically: staged beside their destination, moved in all together or not at all.
 
-Outputs are staged (`StagedOutputs`): every output of a run is first written
-beside its destination under a temporary name, and only when all of them are
-complete are they moved in, each with a rename that never replaces anything
+Every output of a run is first written beside its destination under a
+temporary name (`StagedOutputs`), and only when all of them are complete
+are they moved in, each with a rename that never replaces anything
 (``renameat2(RENAME_NOREPLACE)``, else a hard link or an exclusive create).
 A failed or interrupted run leaves none of them and touches nothing that was
 there before. A path that exists is replaced only when the caller allows it
-(``overwrite``) and it is a file, or a folder holding nothing but this
-module's own frame files (``frame_0000.png``, ...); anything else is refused.
+(``overwrite``) and it is a file, or a folder holding nothing but frame files
+(``frame_0000.png``, ...); anything else is refused. What goes into a staged
+path is the codecs' business (`cogvideox_torchax.io.video.write_video_to`,
+`cogvideox_torchax.io.latents.write_latents`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,8 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-
-import numpy as np
 
 FILE_SUFFIXES = (".mp4", ".npy", ".safetensors")
 KINDS = ("mp4", "png", "npy", "safetensors")
@@ -336,154 +336,4 @@ def atomic_output(path: Path, is_dir: bool = False, *, overwrite: bool = False):
 def _single(path: Path, is_dir: bool, overwrite: bool) -> Iterator[Path]:
     with StagedOutputs([path], overwrite=overwrite, is_dir=is_dir) as staged:
         yield staged.temps[0]
-        staged.commit()
-
-
-# -- writers ----------------------------------------------------------------
-
-
-def to_uint8(video: np.ndarray) -> np.ndarray:
-    """Decoder output → frames as diffusers' video processor makes them.
-
-    ``(B, 3, F, H, W)`` floats in about [-1, 1] → ``(B, F, H, W, 3)`` uint8,
-    by ``round(clip(x / 2 + 0.5, 0, 1) * 255)`` (diffusers' ``denormalize``
-    then ``numpy_to_pil``).
-    """
-    if video.ndim != 5 or video.shape[1] != 3:
-        raise ValueError(f"expected a (B, 3, F, H, W) video, got shape {video.shape}")
-    x = np.clip(video.astype(np.float32) * 0.5 + 0.5, 0.0, 1.0)
-    return np.round(x * 255).astype(np.uint8).transpose(0, 2, 3, 4, 1)
-
-
-def encode_mp4(dest: Path, frames: np.ndarray, fps: float = 8, crf: int = 18, tick=None) -> None:
-    """Encodes ``(F, H, W, 3)`` uint8 frames as H.264 at ``dest`` itself (no staging)."""
-    import av
-
-    _, height, width, _ = frames.shape
-    with av.open(str(dest), mode="w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=_fraction(fps))
-        stream.width, stream.height = width, height
-        stream.pix_fmt = "yuv444p" if crf == 0 else "yuv420p"
-        stream.options = {"crf": str(crf)}
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")):
-                container.mux(packet)
-            if tick:
-                tick()
-        for packet in stream.encode():
-            container.mux(packet)
-
-
-def save_png_frames(dest: Path, frames: np.ndarray, tick=None) -> None:
-    """Writes ``(F, H, W, 3)`` uint8 frames as ``dest/frame_0000.png``, ... into an existing folder."""
-    from PIL import Image
-
-    for i, frame in enumerate(frames):
-        Image.fromarray(frame, mode="RGB").save(dest / f"frame_{i:04d}.png")
-        if tick:
-            tick()
-
-
-def save_raw(dest: Path, video: np.ndarray, kind: str) -> None:
-    """Writes float frames at ``dest`` itself as ``kind`` ``"npy"`` or ``"safetensors"`` (key ``"video"``)."""
-    if kind == "npy":
-        with open(dest, "wb") as f:  # a file object: np.save adds no suffix
-            np.save(f, video)
-    else:
-        from safetensors.numpy import save_file
-
-        save_file({"video": np.ascontiguousarray(video)}, str(dest))
-
-
-def write_mp4(
-    path: Path,
-    frames: np.ndarray,
-    fps: float = 8,
-    crf: int = 18,
-    tick: Callable[[], None] | None = None,
-    *,
-    overwrite: bool = False,
-) -> None:
-    """Encodes ``(F, H, W, 3)`` uint8 frames as H.264 (PyAV's libx264), staged.
-
-    ``crf`` 18 is visually lossless and uses yuv420p, which every player
-    reads; ``crf`` 0 switches to lossless yuv444p (only the RGB/YUV
-    conversion rounds, by at most 2 levels).
-    """
-    with atomic_output(Path(path), overwrite=overwrite) as tmp:
-        encode_mp4(tmp, frames, fps=fps, crf=crf, tick=tick)
-
-
-def _fraction(fps: float):
-    from fractions import Fraction
-
-    return Fraction(fps).limit_denominator(1001)
-
-
-def read_mp4(path: str | os.PathLike) -> tuple[np.ndarray, float]:
-    """Decodes an mp4 back to ``(F, H, W, 3)`` uint8 frames and its frame rate."""
-    import av
-
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(stream)])
-        return frames, float(stream.average_rate)
-
-
-def write_png_folder(
-    path: Path, frames: np.ndarray, tick: Callable[[], None] | None = None, *, overwrite: bool = False
-) -> None:
-    """Writes ``(F, H, W, 3)`` uint8 frames as ``path/frame_0000.png``, ..., staged."""
-    with atomic_output(Path(path), is_dir=True, overwrite=overwrite) as tmp:
-        save_png_frames(tmp, frames, tick=tick)
-
-
-def write_raw(path: Path, video: np.ndarray, *, overwrite: bool = False) -> None:
-    """Writes one video's float frames ``(3, F, H, W)`` as .npy or .safetensors (key ``"video"``), staged."""
-    path = Path(path)
-    with atomic_output(path, overwrite=overwrite) as tmp:
-        save_raw(tmp, video, output_kind(path))
-
-
-def write_video_to(
-    dest: Path, kind: str, video: np.ndarray, *, fps: float = 8, crf: int = 18, tick=None
-) -> None:
-    """Writes one video at ``dest`` itself (a staged temporary entry) as ``kind``.
-
-    ``video`` is decoded floats ``(3, F, H, W)``, or for mp4 and PNG also
-    frames already made (uint8 ``(F, H, W, 3)``, `to_uint8`'s result, as
-    `TorchaxVAE.decode_frames_jax` makes them on device).
-    """
-    if kind in ("npy", "safetensors"):
-        save_raw(dest, video, kind)
-        if tick:
-            tick()
-        return
-    frames = video if video.dtype == np.uint8 else to_uint8(video[None])[0]
-    if kind == "mp4":
-        encode_mp4(dest, frames, fps=fps, crf=crf, tick=tick)
-    else:
-        save_png_frames(dest, frames, tick=tick)
-
-
-def write_video(
-    path: Path,
-    video: np.ndarray,
-    *,
-    fps: float = 8,
-    crf: int = 18,
-    tick: Callable[[], None] | None = None,
-    overwrite: bool = False,
-) -> None:
-    """Writes one decoded video ``(3, F, H, W)`` (float, about [-1, 1]) in the kind ``path`` names, staged.
-
-    mp4 and PNG get uint8 frames as diffusers makes them (`to_uint8`);
-    .npy and .safetensors get the float frames unchanged (unclamped).
-    ``tick`` is called once per frame written (mp4, PNG) or once (raw).
-    An existing ``path`` is replaced only with ``overwrite`` (see `StagedOutputs`).
-    """
-    path = Path(path)
-    kind = output_kind(path)
-    with StagedOutputs([path], overwrite=overwrite) as staged:
-        write_video_to(staged.temps[0], kind, video, fps=fps, crf=crf, tick=tick)
         staged.commit()

@@ -193,7 +193,7 @@ def write_latents(
     metadata: dict[str, str] | None = None,
     overwrite: bool = False,
 ) -> None:
-    """Writes one float32 tensor to a safetensors file, staged (see `cogvideox_torchax.video.StagedOutputs`).
+    """Writes one float32 tensor to a safetensors file, staged (see `cogvideox_torchax.io.outputs.StagedOutputs`).
 
     Args:
         path: the ``.safetensors`` file.
@@ -203,7 +203,7 @@ def write_latents(
             ``__metadata__``), e.g. the layout and scaling factor.
         overwrite: replace an existing file (never a folder).
     """
-    from cogvideox_torchax.video import atomic_output
+    from cogvideox_torchax.io.outputs import atomic_output
 
     with atomic_output(Path(path), overwrite=overwrite) as tmp:
         save_latents_file(tmp, z, key=key, metadata=metadata)

@@ -28,11 +28,8 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax import patches
-from cogvideox_torchax._torch_compat import import_torchax
+from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax, torchax
 
-torchax = import_torchax()
-from torchax import interop  # noqa: E402
 
 def blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
     """``b`` with its first rows along ``axis`` faded in from ``a``'s last rows.
@@ -67,7 +64,7 @@ class BatchedTilesMixin:
     tiles_per_step: int = 1
 
     def tiled_decode(self, z: torch.Tensor, return_dict: bool = True):
-        if not patches.is_torchax(z):
+        if not is_torchax(z):
             return super().tiled_decode(z, return_dict=return_dict)
         batch, _, _, height, width = z.shape
         tile_h, tile_w = self.tile_latent_min_height, self.tile_latent_min_width
@@ -160,6 +157,11 @@ def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) ->
         raise TypeError(f"apply_tile_batching expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
     if tiles_per_step < 1:
         raise ValueError(f"tiles_per_step must be >= 1, got {tiles_per_step}")
-    changed = patches.add_mixin(vae, BatchedTilesMixin)
+    changed = add_mixin(vae, BatchedTilesMixin)
     vae.tiles_per_step = int(tiles_per_step)
     return changed
+
+
+PATCHES = (
+    Patch("tile_batching", 120, lambda m, plan, mesh: apply_tile_batching(m, tiles_per_step=plan.target.dp)),
+)

@@ -103,11 +103,17 @@ def device_capacity(mesh: Mesh) -> tuple[int, str]:
 
 
 class Candidate(NamedTuple):
-    """A way to run a shape before it is compiled: `enable_tiling` keywords and a ``(dp, tp)`` mesh (None: as set)."""
+    """A way to run a shape before it is compiled.
+
+    `enable_tiling` keywords (None: as set), a ``(dp, tp)`` mesh (None: the
+    VAE's own) and the named accelerator it compiles for (None: the VAE's
+    own devices).
+    """
 
     name: str
     tiling: dict[str, Any] | None
     mesh: tuple[int, int] | None
+    target: str | None = None
 
 
 def tp_candidates(mesh: tuple[int, int], devices: int, name: str = "whole") -> Iterator[Candidate]:
@@ -139,7 +145,7 @@ class MemoryPlan:
         mesh: ``(dp, tp)`` of a mesh with more devices than the VAE's own, or
             None for the VAE's mesh; a target's plan always names its mesh.
         target: the named accelerator the plan was compiled for
-            (`cogvideox_torchax.targets`), None for the VAE's own devices.
+            (`cogvideox_torchax.runtime.targets`), None for the VAE's own devices.
     """
 
     name: str
@@ -156,6 +162,11 @@ class MemoryPlan:
 def usable(budget: int) -> int:
     """What of ``budget`` a plan may use: all but `SAFETY_MARGIN`."""
     return int(budget * (1 - SAFETY_MARGIN))
+
+
+def budget_for(need: int) -> float:
+    """The budget whose `usable` part is ``need`` bytes (the inverse of `usable`)."""
+    return need / (1 - SAFETY_MARGIN)
 
 
 def compiled_bytes(compiled: Any) -> int:

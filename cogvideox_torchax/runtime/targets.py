@@ -290,7 +290,7 @@ def target_mesh(name: str, mesh: Any = None):
     import numpy as np
     from jax.sharding import Mesh
 
-    from cogvideox_torchax.sharding import parse_mesh_spec
+    from cogvideox_torchax.parallel.sharding import parse_mesh_spec
 
     acc = get(name)
     dp, tp = (1, acc.devices) if mesh is None else parse_mesh_spec(mesh) if isinstance(mesh, str) else tuple(mesh)

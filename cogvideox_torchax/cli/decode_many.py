@@ -5,45 +5,48 @@ cannot be decoded is reported and skipped here), and shares the work list;
 then, batch by batch, it reads the latents and shares them, every process
 decodes, and process 0 writes each video atomically as soon as it is
 decoded. A failure of one batch (out of memory, NaN) is reported for its
-files and the run goes on; the exit code is then `_cli.EXIT_SOME_FAILED`.
+files and the run goes on; the exit code is then `errors.EXIT_SOME_FAILED`.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cogvideox_torchax import _cli, batch
-from cogvideox_torchax._cli import Stage, UsageError
+from cogvideox_torchax.cli import agreement, batch, errors, interrupts, out_of_memory, stages
+from cogvideox_torchax.cli.errors import UsageError
+from cogvideox_torchax.cli.stages import Stage
+
+if TYPE_CHECKING:
+    from cogvideox_torchax.cli.decode import DecodeConfig
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Decodes every input into ``args.output_dir``; returns the summary (``exit_code`` 4 if some failed)."""
+def run(config: DecodeConfig) -> dict[str, Any]:
+    """Decodes every input into ``config.output_dir``; returns the summary (``exit_code`` 4 if some failed)."""
     import jax
 
-    from cogvideox_torchax import distributed, memory
+    from cogvideox_torchax.parallel import distributed
+    from cogvideox_torchax.runtime import memory
 
-    show_memory = args.memory_report or memory.enabled_by_env()
-    out_dir = Path(args.output_dir)
+    out_dir = Path(config.output_dir)
     sources: list[str] = []
-    with _cli.together("finding the inputs"):
-        if _cli.is_primary():
-            sources = [str(p) for p in _find_inputs(args, out_dir)]
+    with agreement.together("finding the inputs"):
+        if agreement.is_primary():
+            sources = [str(p) for p in _find_inputs(config, out_dir)]
     sources = distributed.share_json(sources)
 
-    cache_dir, vae, load = _cli.load_together(args, show_memory)
-    size = args.batch_size or vae.mesh.shape["dp"]
+    cache_dir, vae, load = stages.load_together(config.run)
+    size = config.batch_size or vae.mesh.shape["dp"]
 
     work: dict[str, Any] = {}
-    with _cli.together("reading the inputs"):
-        if _cli.is_primary():
-            work = _scan(args, vae, sources, out_dir)
+    with agreement.together("reading the inputs"):
+        if agreement.is_primary():
+            work = _scan(config, vae, sources, out_dir)
     work = distributed.share_json(work)
     items = [batch.Item.from_dict(d) for d in work["items"]]
     failed: list[dict[str, Any]] = list(work["failed"])
@@ -55,68 +58,68 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     batch_of = {s: batch.padded_size(n, size, vae.mesh.shape["dp"]) for s, n in counts.items()}
     shapes = sorted((batch_of[s], *s[1:]) for s in counts)
 
-    if args.dry_run:
-        return _dry_run(args, vae, load, work, shapes, size)
+    if config.run.dry_run:
+        return _dry_run(config, vae, load, work, shapes, size)
 
-    raw = args.format in ("npy", "safetensors")
+    raw = config.format in ("npy", "safetensors")
     kind = "decode" if raw else "frames"
     written: list[str] = []
     compile_s = 0.0
-    with Stage("decode", len(items), "video", args.quiet) as bar:
+    with Stage("decode", len(items), "video", config.run.quiet) as bar:
         for run_items in runs:
             shape = (batch_of[run_items[0].shape], *run_items[0].shape[1:])
             z, unread = None, {}
-            with _cli.together(f"reading latents for shape {shape}"):
-                if _cli.is_primary():
-                    z, unread = _read_run(args, vae, run_items, shape)
+            with agreement.together(f"reading latents for shape {shape}"):
+                if agreement.is_primary():
+                    z, unread = _read_run(config, vae, run_items, shape)
             z = distributed.share_array(z)
             try:
-                with _cli.together(f"decoding latents of shape {shape}"):
+                with agreement.together(f"decoding latents of shape {shape}"):
                     t0 = time.perf_counter()
-                    _cli.retry_out_of_memory(
-                        args, vae, shape, kind, "compiling the decode of",
-                        lambda: vae.compile_decode(shape, frames=not raw),
+                    out_of_memory.retry_out_of_memory(
+                        vae, shape, kind, "compiling the decode of",
+                        lambda: vae.compile_decode(shape, frames=not raw), quiet=config.run.quiet,
                     )
                     compile_s += time.perf_counter() - t0
-                    out = _cli.retry_out_of_memory(
-                        args, vae, shape, kind, "decoding latents of", lambda: _decode(vae, z, raw)
+                    out = out_of_memory.retry_out_of_memory(
+                        vae, shape, kind, "decoding latents of", lambda: _decode(vae, z, raw), quiet=config.run.quiet
                     )
             except Exception as e:  # every process leaves `together` the same way: all go on
-                if isinstance(e, _cli.PeerFailed) and e.code == _cli.EXIT_INTERRUPTED:
+                if isinstance(e, errors.PeerFailed) and e.code == errors.EXIT_INTERRUPTED:
                     raise
-                if args.debug and not isinstance(e, _cli.PeerFailed) and jax.process_count() == 1:
+                if config.run.debug and not isinstance(e, errors.PeerFailed) and jax.process_count() == 1:
                     raise
-                failed += _failures(run_items, _cli.one_line(e), bar)
+                failed += _failures(run_items, errors.one_line(e), bar)
                 bar.tick(len(run_items))
                 continue
             host, finite = _gather(out, raw)  # a collective: outside `together`, after all decoded
             del out
             # Every process, as it looks at the weights (which span them all).
             nonfinite = {
-                i: _cli.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max()))
+                i: out_of_memory.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max()))
                 for i in range(len(run_items))
                 if not finite[i]
             }
-            with _cli.together(f"writing the videos of shape {shape}"):
-                if _cli.is_primary():
+            with agreement.together(f"writing the videos of shape {shape}"):
+                if agreement.is_primary():
                     for i, item in enumerate(run_items):
                         error = unread.get(item.source) or nonfinite.get(i)
                         if error is None:
-                            error = _write(args, item, host[i])
+                            error = _write(config, item, host[i])
                         if error is None:
                             written.append(item.output)
                         else:
                             failed += _failures([item], error, bar)
                         bar.tick()
-                        _cli.check_interrupted()
-    if show_memory:
+                        interrupts.check_interrupted()
+    if config.run.memory_report:
         memory.report("decode")
-    code = _cli.EXIT_SOME_FAILED if failed else _cli.EXIT_OK
+    code = errors.EXIT_SOME_FAILED if failed else errors.EXIT_OK
     return {
         "many": True,
         "exit_code": distributed.share_json(code),
         "output_dir": str(out_dir),
-        "format": args.format,
+        "format": config.format,
         "inputs": len(sources),
         "videos": len(items),
         "written": written,
@@ -143,11 +146,11 @@ def _plans(vae, shapes: list[tuple[int, ...]], kind: str) -> dict[str, dict[str,
     return {k: p.as_dict() for k, p in plans.items() if p is not None}
 
 
-def _find_inputs(args: argparse.Namespace, out_dir: Path) -> list[Path]:
+def _find_inputs(config: DecodeConfig, out_dir: Path) -> list[Path]:
     """The input files, checked for clashing output names; the output folder, checked (not made)."""
     try:
-        sources = batch.expand_inputs(args.latents)
-        batch.check_names(sources, args.format)
+        sources = batch.expand_inputs(config.latents)
+        batch.check_names(sources, config.format)
     except batch.InputsError as e:
         raise UsageError(str(e)) from e
     if os.path.lexists(out_dir) and not out_dir.is_dir():
@@ -160,19 +163,19 @@ def _find_inputs(args: argparse.Namespace, out_dir: Path) -> list[Path]:
     return sources
 
 
-def _prepared(args: argparse.Namespace, vae, source: str) -> np.ndarray:
-    from cogvideox_torchax import latents
+def _prepared(config: DecodeConfig, vae, source: str) -> np.ndarray:
+    from cogvideox_torchax.io import latents
 
-    z = latents.read_latents(source, args.key)
+    z = latents.read_latents(source, config.key)
     latents.check_shape(z.shape)
-    config = vae.config
-    z, _ = latents.prepare(z, config.latent_channels, config.scaling_factor, layout=args.layout, unscale=args.unscale)
+    model = vae.config
+    z, _ = latents.prepare(z, model.latent_channels, model.scaling_factor, layout=config.layout, unscale=config.unscale)
     vae.check_latents(z.shape)
-    latents.check_range(z, vae.options.dtype, unscaled_by=float(config.scaling_factor) if args.unscale else None)
+    latents.check_range(z, vae.options.dtype, unscaled_by=float(model.scaling_factor) if config.unscale else None)
     return z
 
 
-def _scan(args: argparse.Namespace, vae, sources: list[str], out_dir: Path) -> dict[str, Any]:
+def _scan(config: DecodeConfig, vae, sources: list[str], out_dir: Path) -> dict[str, Any]:
     """Reads each input once: its videos as work items, or why it is skipped. Process 0 only.
 
     Raises:
@@ -184,16 +187,16 @@ def _scan(args: argparse.Namespace, vae, sources: list[str], out_dir: Path) -> d
     items, failed, skipped, existing = [], [], [], []
     inputs = {os.path.realpath(source) for source in sources}
     writers: dict[str, str] = {}
-    with Stage("read", len(sources), "file", args.quiet) as bar:
+    with Stage("read", len(sources), "file", config.run.quiet) as bar:
         for source in sources:
             try:
-                z = _prepared(args, vae, source)
+                z = _prepared(config, vae, source)
             except (ValueError, OSError) as e:
-                failed += _failures([source], _cli.one_line(e), bar)
+                failed += _failures([source], errors.one_line(e), bar)
                 bar.tick()
                 continue
             for i in range(z.shape[0]):
-                output = out_dir / batch.output_name(Path(source), i, z.shape[0], args.format)
+                output = out_dir / batch.output_name(Path(source), i, z.shape[0], config.format)
                 who = f"{source} (video {i})" if z.shape[0] > 1 else source
                 if os.path.realpath(output) in inputs:
                     raise UsageError(f"the output of {who!r} would be {str(output)!r}, one of the inputs; "
@@ -203,10 +206,10 @@ def _scan(args: argparse.Namespace, vae, sources: list[str], out_dir: Path) -> d
                                      "decode them in separate runs or rename one")
                 writers[str(output)] = who
                 if os.path.lexists(output):
-                    if args.skip_existing:
+                    if config.skip_existing:
                         skipped.append(str(output))
                         continue
-                    if not args.overwrite:
+                    if not config.overwrite:
                         existing.append(str(output))
                 items.append(batch.Item(source, i, str(output), (1, *z.shape[1:])).as_dict())
             bar.tick()
@@ -218,7 +221,7 @@ def _scan(args: argparse.Namespace, vae, sources: list[str], out_dir: Path) -> d
     return {"items": items, "failed": failed, "skipped": skipped}
 
 
-def _read_run(args: argparse.Namespace, vae, items: list[batch.Item], shape: tuple[int, ...]):
+def _read_run(config: DecodeConfig, vae, items: list[batch.Item], shape: tuple[int, ...]):
     """The latents of one batch, zero-padded to ``shape``, and the sources that could not be read again."""
     z = np.zeros(shape, np.float32)
     unread: dict[str, str] = {}
@@ -226,13 +229,13 @@ def _read_run(args: argparse.Namespace, vae, items: list[batch.Item], shape: tup
     for i, item in enumerate(items):
         try:
             if item.source not in cache:
-                cache = {item.source: _prepared(args, vae, item.source)}  # files of several videos: read once
+                cache = {item.source: _prepared(config, vae, item.source)}  # files of several videos: read once
             one = cache[item.source][item.index : item.index + 1]
             if one.shape != item.shape:
                 raise ValueError(f"{item.source!r} changed while this command ran (now {one.shape})")
             z[i] = one[0]
         except (ValueError, OSError) as e:
-            unread[item.source] = _cli.one_line(e)
+            unread[item.source] = errors.one_line(e)
     return z, unread
 
 
@@ -247,7 +250,7 @@ def _decode(vae, z: np.ndarray, raw: bool):
 
 def _gather(out, raw: bool) -> tuple[np.ndarray, np.ndarray]:
     """Host copies of `_decode`'s output and its per-video finite flags; every process must call it."""
-    from cogvideox_torchax import distributed
+    from cogvideox_torchax.parallel import distributed
 
     if raw:
         host = distributed.to_host(out)
@@ -256,18 +259,18 @@ def _gather(out, raw: bool) -> tuple[np.ndarray, np.ndarray]:
     return distributed.to_host(frames), distributed.to_host(finite)
 
 
-def _write(args: argparse.Namespace, item: batch.Item, one: np.ndarray) -> str | None:
+def _write(config: DecodeConfig, item: batch.Item, one: np.ndarray) -> str | None:
     """Writes one video to its output, atomically; returns why it could not be, or None."""
-    from cogvideox_torchax import video
+    from cogvideox_torchax.io import outputs, video
 
     output = Path(item.output)
     try:
         output.parent.mkdir(parents=False, exist_ok=True)
-        with video.StagedOutputs([output], overwrite=args.overwrite) as staged:
-            video.write_video_to(staged.temps[0], args.format, one, fps=args.fps, crf=args.crf)
+        with outputs.StagedOutputs([output], overwrite=config.overwrite) as staged:
+            video.write_video_to(staged.temps[0], config.format, one, fps=config.fps, crf=config.crf)
             staged.commit()
     except Exception as e:  # this video failed; the run goes on (KeyboardInterrupt still ends it)
-        return _cli.one_line(e)
+        return errors.one_line(e)
     return None
 
 
@@ -281,25 +284,25 @@ def _failures(items: list, error: str, bar: Stage) -> list[dict[str, Any]]:
         else:
             entry = {"input": item.source, "video": item.index, "output": item.output, "error": error}
             name = f"{item.source} -> {item.output}"
-        if _cli.is_primary():
+        if agreement.is_primary():
             bar.write(f"failed: {name}: {error}")
         out.append(entry)
     return out
 
 
 
-def _dry_run(args, vae, load: Stage, work: dict[str, Any], shapes: list[tuple[int, ...]], size: int) -> dict[str, Any]:
+def _dry_run(config: DecodeConfig, vae, load: Stage, work: dict[str, Any], shapes: list[tuple[int, ...]], size: int) -> dict[str, Any]:
     """Plans every batch shape's memory (compiled, not run); writes nothing."""
-    kind = "decode" if args.format in ("npy", "safetensors") else "frames"
+    kind = "decode" if config.format in ("npy", "safetensors") else "frames"
     plans = {}
     for shape in shapes:
-        with _cli.together("planning"), _cli.out_of_memory_as_exit_3("planning the decode of", shape):
+        with agreement.together("planning"), out_of_memory.out_of_memory_as_exit_3("planning the decode of", shape):
             plans[str(list(shape))] = vae.memory_plan(shape, kind=kind).as_dict()
     return {
         "many": True,
         "dry_run": True,
         # As a real run would end: some inputs cannot be decoded.
-        "exit_code": _cli.EXIT_SOME_FAILED if work["failed"] else _cli.EXIT_OK,
+        "exit_code": errors.EXIT_SOME_FAILED if work["failed"] else errors.EXIT_OK,
         "videos": len(work["items"]),
         "skipped": work["skipped"],
         "failed": work["failed"],

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cogvideox_torchax.video import KINDS
+from cogvideox_torchax.io.outputs import KINDS
 
 _GLOB_CHARS = set("*?[")
 

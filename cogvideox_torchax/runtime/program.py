@@ -15,7 +15,7 @@ from jax.sharding import Mesh
 
 from cogvideox_torchax import patches
 from cogvideox_torchax._torch_compat import import_torchax
-from cogvideox_torchax.plan import RunPlan, apply_plan
+from cogvideox_torchax.runtime.plan import RunPlan, apply_plan
 
 torchax = import_torchax()
 from torchax import interop  # noqa: E402
@@ -62,7 +62,7 @@ def to_frames(video: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Decoder output ``(B, 3, F, H, W)`` -> uint8 frames ``(B, F, H, W, 3)`` and, per video, whether it was finite.
 
     The mapping of diffusers' video processor, in fp32 as
-    `cogvideox_torchax.video.to_uint8` does it on the host:
+    `cogvideox_torchax.io.video.to_uint8` does it on the host:
     ``round(clip(x / 2 + 0.5, 0, 1) * 255)``, halves to even.
     """
     x = video.astype(jax.numpy.float32)

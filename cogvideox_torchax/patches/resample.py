@@ -12,7 +12,7 @@ Why: XLA GPU lays bf16 2-D convolutions out NHWC and 3-D ones NCDHW, so each
 resampler was an island of another layout with activation-sized transposes
 into and out of it (compiled for an H200, 2b decode at (1,16,13,60,90): 36
 activation transposes and 6 NHWC convolutions before, none after).
-`cogvideox_torchax.plan` applies it on CUDA (``resample_conv3d``).
+`cogvideox_torchax.runtime.plan` applies it on CUDA (``resample_conv3d``).
 
 The convolutions run through `kernels.conv.conv` with the resampler's
 ``conv`` policy (`patches.apply_conv_bias` must come first; without a
@@ -23,19 +23,13 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 from diffusers.models.downsampling import CogVideoXDownsample3D
 from diffusers.models.upsampling import CogVideoXUpsample3D
 
-from cogvideox_torchax._torch_compat import import_torchax
-from cogvideox_torchax.patches import is_torchax
-
-import_torchax()
-from torchax import interop  # noqa: E402  (torchax must come through the shim)
-
-from cogvideox_torchax.kernels.conv import conv  # noqa: E402
-from cogvideox_torchax.kernels.upsample import nearest, nearest_indices  # noqa: E402
+from cogvideox_torchax.kernels.conv import conv
+from cogvideox_torchax.kernels.upsample import first_frame_apart_indices, nearest
+from cogvideox_torchax.patches.base import Patch, interop, is_torchax, requires, swap_classes
 
 
 def _applies(module: torch.nn.Module, inputs: torch.Tensor) -> bool:
@@ -57,7 +51,7 @@ def upsample(x: jax.Array, compress_time: bool) -> jax.Array:
     """
     t, h, w = x.shape[2:]
     if compress_time and t > 1 and t % 2 == 1:
-        frames = np.concatenate([[0], 1 + nearest_indices(t - 1, 2 * (t - 1), 2.0)])
+        frames = first_frame_apart_indices(t, 2 * (t - 1) + 1, 2.0)
         x, compress_time = jnp.take(x, jnp.asarray(frames, jnp.int32), axis=2), False
     t = x.shape[2]
     if compress_time and t > 1:
@@ -119,10 +113,15 @@ def apply_resample_conv3d(vae: torch.nn.Module) -> int:
     Returns:
         How many modules changed in this call (0 on a second call).
     """
-    count = 0
-    for module in vae.modules():
-        patched = _SWAPS.get(type(module))
-        if patched is not None:
-            module.__class__ = patched
-            count += 1
-    return count
+    return swap_classes(vae, _SWAPS)
+
+
+def _resample_why_not(target, applied: frozenset[str]) -> str | None:
+    if target.platform not in ("cuda", "tpu"):
+        # XLA:CPU runs 2-D convolutions faster than 3-D ones; ROCm's compiler
+        # was never run here.
+        return "measured on CUDA and TPU only (their compilers' layouts and memory)"
+    return requires("conv_bias")(target, applied)
+
+
+PATCHES = (Patch("resample_conv3d", 70, lambda m, plan, mesh: apply_resample_conv3d(m), _resample_why_not),)

@@ -13,7 +13,7 @@ Per-backend choices and why:
   XLA:CPU runs a channels-first convolution ~40x slower (see
   `kernels.conv`). CUDA: written channels-first, the layout the compiler
   keeps: XLA GPU lays every 3-D convolution out NCDHW whatever the program
-  says (compiled for an H200, `cogvideox_torchax.targets`), and with the
+  says (compiled for an H200, `cogvideox_torchax.runtime.targets`), and with the
   resamplers' 2-D convolutions made 3-D (``resample_conv3d``) every
   convolution is NCDHW and no activation is transposed (2b decode at
   (1,16,13,60,90): none, against 36 transposes and 37 copies with
@@ -41,15 +41,14 @@ Per-backend choices and why:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from jax.sharding import Mesh
 
-from cogvideox_torchax import frame_scan, patches, resample, tiling
 from cogvideox_torchax.config import RuntimeOptions
 from cogvideox_torchax.kernels.conv import ConvPolicy
+from cogvideox_torchax.patches.registry import patches
 
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 _ALIASES = {"gpu": "cuda"}
@@ -100,82 +99,6 @@ class Target:
     @property
     def is_gpu(self) -> bool:
         return self.platform in GPU_PLATFORMS
-
-
-@dataclasses.dataclass(frozen=True)
-class _Step:
-    name: str  # the RuntimeOptions switch
-    apply: Callable[[torch.nn.Module, RunPlan, Mesh], Any] | None  # None: applied while tracing
-    why_not: Callable[[Target, frozenset[str]], str | None] = lambda target, applied: None
-
-
-def _requires(*names: str) -> Callable[[Target, frozenset[str]], str | None]:
-    def why_not(target: Target, applied: frozenset[str]) -> str | None:
-        missing = [n for n in names if n not in applied]
-        return f"needs {', '.join(missing)}" if missing else None
-
-    return why_not
-
-
-def _time_taps_why_not(target: Target, applied: frozenset[str]) -> str | None:
-    if target.platform != "cpu":
-        return (
-            "GPU and TPU run each causal conv as one 3-D convolution; time taps only work around "
-            "XLA:CPU's slow 3-D convolution"
-        )
-    if target.dtype != "float32":
-        return "in bf16 its per-tap fp32 partial sums would be activation-sized fp32 tensors"
-    return _requires("cache_first")(target, applied)
-
-
-def _resample_why_not(target: Target, applied: frozenset[str]) -> str | None:
-    if target.platform not in ("cuda", "tpu"):
-        # XLA:CPU runs 2-D convolutions faster than 3-D ones; ROCm's compiler
-        # was never run here.
-        return "measured on CUDA and TPU only (their compilers' layouts and memory)"
-    return _requires("conv_bias")(target, applied)
-
-
-def _low_res_why_not(target: Target, applied: frozenset[str]) -> str | None:
-    if target.tp > 1:
-        # Measured at tp=8 (2b, 49 frames at 480x720, fp32): 2.15 GiB per
-        # device with the patch, 2.12 without.
-        return "under width sharding (tp > 1) the resize crosses shards and is materialised anyway"
-    return None
-
-
-def _chunk_free_why_not(target: Target, applied: frozenset[str]) -> str | None:
-    if target.is_gpu and "conv_bias" not in applied:
-        return "on a GPU, upstream's chunking is the only guard against 2^31-element convolutions without conv_bias"
-    return None
-
-
-def _sharding_why_not(target: Target, applied: frozenset[str]) -> str | None:
-    return "a one-device mesh has nothing to shard" if target.dp * target.tp == 1 else None
-
-
-# In the order they are applied (conv_bias before chunk_free_conv: the
-# latter's condition reads the former).
-_STEPS = (
-    _Step("group_norm", lambda m, plan, mesh: patches.apply_group_norm(m)),
-    _Step("silu", lambda m, plan, mesh: patches.apply_silu(m)),
-    _Step("conv_bias", lambda m, plan, mesh: patches.apply_conv_bias(m, plan.conv)),
-    _Step("chunk_free_conv", lambda m, plan, mesh: patches.apply_safe_conv(m), _chunk_free_why_not),
-    _Step("nearest_upsample", None),
-    _Step("trim_conv_cache", lambda m, plan, mesh: patches.apply_conv_cache_trim(m)),
-    _Step("resample_conv3d", lambda m, plan, mesh: resample.apply_resample_conv3d(m), _resample_why_not),
-    _Step(
-        "cache_first",
-        lambda m, plan, mesh: patches.apply_cache_first(m, materialise_padded=plan.target.platform == "cuda"),
-    ),
-    _Step("time_tap_conv", lambda m, plan, mesh: patches.apply_time_tap_conv(m), _time_taps_why_not),
-    _Step("low_res_spatial_norm", lambda m, plan, mesh: patches.apply_low_res_spatial_norm(m), _low_res_why_not),
-    _Step("frame_scan", lambda m, plan, mesh: frame_scan.apply_frame_scan(m), _requires("trim_conv_cache")),
-    _Step(
-        "tile_batching", lambda m, plan, mesh: tiling.apply_tile_batching(m, tiles_per_step=plan.target.dp)
-    ),
-    _Step("shard_activations", lambda m, plan, mesh: patches.apply_width_sharding(m, mesh), _sharding_why_not),
-)
 
 
 def conv_policy(target: Target, options: RuntimeOptions) -> ConvPolicy:
@@ -263,20 +186,20 @@ def build_plan(options: RuntimeOptions, target: Target) -> RunPlan:
     """
     applied: list[str] = []
     skipped: list[tuple[str, str]] = []
-    for step in _STEPS:
-        wanted = getattr(options, step.name)
+    for patch in patches():
+        wanted = getattr(options, patch.option)
         if wanted is False:
             continue
-        why = step.why_not(target, frozenset(applied))
+        why = patch.why_not(target, frozenset(applied))
         if why is None:
-            applied.append(step.name)
+            applied.append(patch.option)
         elif wanted:
             raise ValueError(
-                f"{step.name}=True cannot apply on {target.platform} {target.dtype} "
+                f"{patch.option}=True cannot apply on {target.platform} {target.dtype} "
                 f"dp={target.dp},tp={target.tp}: {why}"
             )
         else:
-            skipped.append((step.name, why))
+            skipped.append((patch.option, why))
     conv = conv_policy(target, options) if "conv_bias" in applied else None
     return RunPlan(target, tuple(applied), tuple(skipped), conv)
 
@@ -285,12 +208,21 @@ def apply_plan(module: torch.nn.Module, plan: RunPlan, mesh: Mesh) -> None:
     """Patches ``module`` (in place) with every step of ``plan``.
 
     ``mesh`` places the sharding constraints; its shape must be the plan's.
-    ``nearest_upsample`` is not a module patch: the traced call scopes it
+    A patch without ``apply`` (``nearest_upsample``) acts while tracing
     (`patches.traced_environment`).
     """
     if (mesh.shape["dp"], mesh.shape["tp"]) != (plan.target.dp, plan.target.tp):
         raise ValueError(f"mesh {dict(mesh.shape)} does not match the plan's dp={plan.target.dp},tp={plan.target.tp}")
-    for step in _STEPS:
-        if step.apply is not None and plan.applies(step.name):
-            step.apply(module, plan, mesh)
+    for patch in patches():
+        if patch.apply is not None and plan.applies(patch.option):
+            patch.apply(module, plan, mesh)
+
+
+def compiler_options(plan: RunPlan) -> dict[str, str] | None:
+    """The XLA options the plan's program needs (its patches' `Patch.compiler_options`), or None."""
+    options: dict[str, str] = {}
+    for patch in patches():
+        if plan.applies(patch.option):
+            options.update(patch.compiler_options(plan.target) or {})
+    return options or None
 

@@ -22,10 +22,8 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax import patches
-from cogvideox_torchax._torch_compat import import_torchax
-
-torchax = import_torchax()
+from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax, requires, torchax
+from cogvideox_torchax.patches.causal_conv import apply_conv_cache_trim
 
 
 def _scan_batches(
@@ -89,7 +87,7 @@ class FrameScanMixin:
         tiled = self.use_tiling and (width > self.tile_latent_min_width or height > self.tile_latent_min_height)
         per_batch = self.num_latent_frames_batch_size
         num_batches = max(num_frames // per_batch, 1)
-        if tiled or num_batches < 2 or not patches.is_torchax(z):
+        if tiled or num_batches < 2 or not is_torchax(z):
             return super()._decode(z, return_dict=return_dict)
 
         def step(z_batch, conv_cache):
@@ -107,7 +105,7 @@ class FrameScanMixin:
         tiled = self.use_tiling and (width > self.tile_sample_min_width or height > self.tile_sample_min_height)
         per_batch = self.num_sample_frames_batch_size
         num_batches = max(num_frames // per_batch, 1)
-        if tiled or num_batches < 2 or not patches.is_torchax(x):
+        if tiled or num_batches < 2 or not is_torchax(x):
             return super()._encode(x)
 
         def step(x_batch, conv_cache):
@@ -132,5 +130,8 @@ def apply_frame_scan(vae: AutoencoderKLCogVideoX) -> int:
     """
     if not isinstance(vae, AutoencoderKLCogVideoX):
         raise TypeError(f"apply_frame_scan expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
-    patches.apply_conv_cache_trim(vae)
-    return patches.add_mixin(vae, FrameScanMixin)
+    apply_conv_cache_trim(vae)
+    return add_mixin(vae, FrameScanMixin)
+
+
+PATCHES = (Patch("frame_scan", 110, lambda m, plan, mesh: apply_frame_scan(m), requires("trim_conv_cache")),)

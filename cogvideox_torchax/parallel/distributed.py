@@ -199,11 +199,14 @@ def share_json(obj: Any) -> Any:
     return json.loads(_broadcast(padded)[:size].tobytes().decode())
 
 
-def gather_codes(code: int) -> list[int]:
-    """Every process's ``code``, in process order (a collective; ``[code]`` when not distributed)."""
+def gather_ints(value: int) -> list[int]:
+    """Every process's ``value`` (an exit code, a size in MiB), in process order.
+
+    A collective; ``[value]`` alone when not distributed.
+    """
     if process_count() == 1:
-        return [int(code)]
+        return [int(value)]
     from jax.experimental import multihost_utils
 
-    codes = multihost_utils.process_allgather(np.asarray([code], np.int32))
-    return [int(c) for c in np.asarray(codes).reshape(-1)]
+    values = multihost_utils.process_allgather(np.asarray([value], np.int32))
+    return [int(v) for v in np.asarray(values).reshape(-1)]

@@ -1,0 +1,93 @@
+"""Running a command: parse, join the cluster, run, report; every way out is an exit code of `errors.EXIT_CODES`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from cogvideox_torchax.cli import agreement, errors, interrupts, options
+
+
+class Config(Protocol):
+    """What a command's configuration has: the shared `options.RunOptions`, and a copy made with other ones."""
+
+    run: options.RunOptions
+
+    def with_run(self, run: options.RunOptions) -> Config: ...
+
+
+def command(
+    parser: Callable[[], argparse.ArgumentParser],
+    argv: list[str] | None,
+    configure: Callable[[argparse.Namespace], Config],
+    run: Callable[[Any], dict[str, Any]],
+    print_summary: Callable[[dict[str, Any]], None],
+) -> int:
+    """Parses ``argv`` into the command's frozen configuration and runs it; returns the exit code (`errors.EXIT_CODES`).
+
+    ``configure`` checks and types what argparse parsed (`errors.UsageError`:
+    exit 2, before anything loads). An interrupt at any point in here ends
+    with 130, one line and no traceback; argparse's own usage errors keep
+    its exit code 2.
+    """
+    config = None
+    with interrupts.handled():
+        try:
+            try:
+                args = parser().parse_args(argv)
+            except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
+                return e.code if isinstance(e.code, int) else errors.EXIT_BAD_INPUT
+            try:
+                config = configure(args)
+                agreement.start_distributed(config.run.distributed)
+            except (errors.UsageError, ValueError) as e:  # bad options (a FramesError for --size, ...)
+                print(f"error: {errors.one_line(e)}", file=sys.stderr)
+                return errors.EXIT_BAD_INPUT
+            if not agreement.is_primary():  # no bars, no summary: process 0 reports
+                config = config.with_run(config.run.silenced())
+            kept = agreement.stdout_kept_for_results() if agreement.process_count() > 1 else contextlib.nullcontext()
+            with kept:
+                return main(config, run, print_summary)
+        except KeyboardInterrupt:
+            print(f"error: interrupted; {_interrupted_note(config)}", file=sys.stderr)
+            return errors.EXIT_INTERRUPTED
+
+
+def _interrupted_note(config: Config | None) -> str:
+    if getattr(config, "output_dir", None):
+        return "the videos already written stay; the batch in progress was not written"
+    return "nothing was written"
+
+
+def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Callable[[dict[str, Any]], None]) -> int:
+    """Runs a command's configuration; returns the exit code (see `errors.EXIT_CODES`)."""
+    try:
+        from cogvideox_torchax.runtime.targets import use_cpu_without_accelerators
+
+        use_cpu_without_accelerators()
+        summary = run(config)
+    except KeyboardInterrupt:
+        print(f"error: interrupted; {_interrupted_note(config)}", file=sys.stderr)
+        return errors.EXIT_INTERRUPTED
+    except Exception as e:  # one line for the user; the traceback with --debug
+        if config.run.debug and not isinstance(e, errors.PeerFailed):
+            if agreement.process_count() == 1:
+                raise
+            traceback.print_exception(e)  # and leave with the code the others agreed on
+        own = e.own if isinstance(e, errors.PeerFailed) else e
+        if own is not None:
+            print(f"error: {errors.one_line(own)}", file=sys.stderr)
+        # A peer's failure is news on process 0 only; the peer said it itself.
+        if isinstance(e, errors.PeerFailed) and agreement.is_primary():
+            print(f"error: {errors.one_line(e)}", file=sys.stderr)
+        return errors.exit_code(e)
+    if config.run.json:
+        print(json.dumps(summary))
+    elif not config.run.quiet:
+        print_summary(summary)
+    return int(summary.get("exit_code", errors.EXIT_OK))

@@ -1,0 +1,341 @@
+"""``python -m cogvideox_torchax.decode LATENTS``: decode latents to a video.
+
+A thin command line over the library. Latents come from a safetensors file,
+in ``(B, C, T, H, W)`` (as ``vae.decode`` takes them) or ``(B, T, C, H, W)``
+(as ``CogVideoXPipeline(output_type="latent")`` returns them), and are
+divided by the model's scaling factor unless ``--no-unscale``. The video is
+written as H.264 ``.mp4``, a folder of PNG frames (an output name without a
+suffix), or raw float frames (``.npy`` / ``.safetensors``); one output per
+video of the batch, all written under temporary names and moved in together
+at the end. Bad input is one line on stderr, exit code 2, and no output
+file; the exit codes are listed in ``--help``.
+
+Many latents in one run: ``decode a.safetensors b.safetensors ... --output-dir
+out/`` (folders and glob patterns too) loads the model once, compiles once
+per latent shape, decodes equal shapes ``--batch-size`` at a time, and
+writes ``out/a.mp4``, ... (each atomically) as they complete; a bad input is
+reported and skipped, and ``--skip-existing`` resumes an interrupted run.
+Under jax.distributed (``--coordinator``/``--distributed``) every process
+runs the same command; process 0 reads, writes and reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
+from cogvideox_torchax.cli.errors import UsageError
+from cogvideox_torchax.cli.options import add_distributed_arguments, add_model_arguments, add_run_arguments
+from cogvideox_torchax.cli.stages import Stage
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cogvideox_torchax.decode",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        epilog=errors.EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "latents",
+        nargs="+",
+        help="safetensors file holding the latents; with --output-dir, any number of files, folders "
+        "(their *.safetensors) and glob patterns",
+    )
+    p.add_argument("--key", help="tensor to decode when the file holds several")
+    p.add_argument(
+        "--layout",
+        default="auto",
+        choices=("auto", "BCTHW", "BTCHW"),
+        help="latent layout; auto detects it from the model's latent channel count",
+    )
+    p.add_argument(
+        "--no-unscale",
+        dest="unscale",
+        action="store_false",
+        help="latents are already divided by config.scaling_factor (default: divide, as the pipeline does)",
+    )
+    add_model_arguments(p)
+    out = p.add_mutually_exclusive_group()  # one is needed unless --dry-run (DecodeConfig.from_args)
+    out.add_argument(
+        "--output",
+        "-o",
+        help="out.mp4, out.npy, out.safetensors, or a folder name for PNG frames; batch > 1 writes out_0.mp4, ...",
+    )
+    out.add_argument(
+        "--output-dir",
+        metavar="DIR",
+        help="decode every input into DIR, one output per video named after its file (a.safetensors -> a.mp4; "
+        "a file of B > 1 videos -> a_0.mp4, ...); DIR is made if missing",
+    )
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=("mp4", "png", "npy", "safetensors"),
+        help="with --output-dir: what to write (default mp4; png writes a folder of frames per video)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="with --output-dir: videos of one latent shape decoded together (default: the mesh's dp)",
+    )
+    p.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="with --output-dir: leave outputs that exist alone and decode the rest (resumes a run)",
+    )
+    p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate (default 8, as CogVideoX-2b)")
+    p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace existing outputs: files, or folders holding only frame_*.png (never anything else)",
+    )
+    add_run_arguments(p)
+    add_distributed_arguments(p)
+    return p
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """The decode command's options, checked: what to read, what to write, and the shared `options.RunOptions`."""
+
+    run: options.RunOptions
+    latents: tuple[str, ...]
+    key: str | None = None
+    layout: str = "auto"
+    unscale: bool = True
+    output: str | None = None
+    output_dir: str | None = None
+    format: str | None = None  # --output-dir's kind of output (mp4 unless given)
+    batch_size: int | None = None
+    skip_existing: bool = False
+    fps: float = 8.0
+    crf: int = 18
+    overwrite: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DecodeConfig:
+        """Checks what needs no reading.
+
+        Raises:
+            UsageError: options that cannot go together or values out of range (exit 2).
+        """
+        run = options.RunOptions.from_args(args)
+        if not args.fps > 0:
+            raise UsageError(f"--fps must be positive, got {args.fps}")
+        if not 0 <= args.crf <= 51:
+            raise UsageError(f"--crf must be between 0 and 51, got {args.crf}")
+        if args.output is None and args.output_dir is None and not args.dry_run:
+            raise UsageError("one of --output/-o or --output-dir is needed (only --dry-run goes without)")
+        if args.output_dir is None:
+            if len(args.latents) > 1:
+                raise UsageError(f"{len(args.latents)} latents inputs need --output-dir (--output names one video)")
+            for flag, value in (
+                ("--batch-size", args.batch_size),
+                ("--skip-existing", args.skip_existing or None),
+                ("--format", args.format),
+            ):
+                if value is not None:
+                    hint = " (--output's extension says what to write)" if flag == "--format" else ""
+                    raise UsageError(f"{flag} goes with --output-dir{hint}")
+        else:
+            if args.batch_size is not None and args.batch_size < 1:
+                raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
+            if args.skip_existing and args.overwrite:
+                raise UsageError("--skip-existing and --overwrite contradict each other; pick one")
+        return cls(
+            run, tuple(args.latents), args.key, args.layout, args.unscale, args.output, args.output_dir,
+            (args.format or "mp4") if args.output_dir is not None else None, args.batch_size, args.skip_existing,
+            args.fps, args.crf, args.overwrite,
+        )
+
+    def with_run(self, run: options.RunOptions) -> DecodeConfig:
+        return dataclasses.replace(self, run=run)
+
+
+def run(config: DecodeConfig) -> dict[str, Any]:
+    """Decodes as the configuration says and returns the summary."""
+    if config.output_dir is not None:
+        from cogvideox_torchax.cli import decode_many
+
+        return decode_many.run(config)
+    return _run_one(config)
+
+
+def _run_one(config: DecodeConfig) -> dict[str, Any]:
+    from cogvideox_torchax.io import latents, outputs
+    from cogvideox_torchax.parallel import distributed
+
+    kind = outputs.output_kind(config.output) if config.output is not None else None
+    z = None
+    with agreement.together("reading the latents"):
+        if agreement.is_primary():
+            z = latents.read_latents(config.latents[0], config.key)
+            latents.check_shape(z.shape)
+    z = distributed.share_array(z)
+    if config.run.dry_run:
+        return _dry_run(config, z)
+    paths = outputs.output_paths(Path(config.output), z.shape[0])
+    # Every output path is checked, and its temporary entry made (the
+    # writability probe), before anything expensive; on process 0 only.
+    staged = None
+    with agreement.together("checking the outputs"):
+        if agreement.is_primary():
+            staged = outputs.StagedOutputs(paths, overwrite=config.overwrite)
+    with staged if staged is not None else contextlib.nullcontext():
+        return _decode(config, z, kind, staged)
+
+
+def _dry_run(config: DecodeConfig, z) -> dict[str, Any]:
+    """Loads the model and plans the decode's memory (compiling, not running); writes nothing."""
+    from cogvideox_torchax.io import latents
+
+    _, vae, load = stages.load_together(config.run)
+    z, layout = latents.prepare(
+        z, vae.config.latent_channels, vae.config.scaling_factor, layout=config.layout, unscale=config.unscale
+    )
+    vae.check_latents(z.shape)
+    return {**stages.plan_stage(vae, z.shape, "decode", config.run, load), "latents_shape": list(z.shape), "layout": layout}
+
+
+def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
+    import jax
+    import numpy as np
+
+    from cogvideox_torchax.io import latents, outputs, video
+    from cogvideox_torchax.parallel import distributed
+    from cogvideox_torchax.runtime import memory
+
+    cache_dir, vae, load = stages.load_together(config.run)
+    model = vae.config
+    z, layout = latents.prepare(
+        z, model.latent_channels, model.scaling_factor, layout=config.layout, unscale=config.unscale
+    )
+    vae.check_latents(z.shape)
+    latents.check_range(z, vae.options.dtype, unscaled_by=float(model.scaling_factor) if config.unscale else None)
+
+    # mp4 and PNG take uint8 frames, made on device (a quarter of the fp32
+    # output crosses to the host); raw outputs take the decoder's floats.
+    on_device_frames = kind not in ("npy", "safetensors")
+    program = "frames" if on_device_frames else "decode"
+    batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
+
+    def decode_all():
+        with Stage("decode", batch * frames_per_video, "frame", config.run.quiet) as decode:
+            # One compiled program decodes the whole batch; the bar completes
+            # when it returns.
+            if on_device_frames:
+                out = jax.block_until_ready(vae.decode_frames_jax(z))
+            else:
+                out = (jax.block_until_ready(vae.decode_jax(z)), None)
+            decode.tick(batch * frames_per_video)
+        return decode, out
+
+    # Compiled, then run, each agreed by every process (a process whose
+    # compile failed must not leave the others inside the program).
+    with agreement.together("compiling and decoding"):
+        compile_stage, cache_events = out_of_memory.retry_out_of_memory(
+            vae, z.shape, program, "compiling the decode of",
+            lambda: stages.compile_stage(
+                lambda shape: vae.compile_decode(shape, frames=on_device_frames), z.shape, config.run
+            ),
+            quiet=config.run.quiet,
+        )
+        decode, (decoded, finite) = out_of_memory.retry_out_of_memory(
+            vae, z.shape, program, "decoding latents of", decode_all, quiet=config.run.quiet
+        )
+    if config.run.memory_report:
+        memory.report("decode")
+    # Every process takes part in gathering; only process 0 writes.
+    if on_device_frames:
+        host = distributed.to_host(decoded)
+        if not bool(distributed.to_host(finite).all()):
+            raise UsageError(out_of_memory.nonfinite_cause(vae, "decode", float(np.abs(z).max())))
+    else:
+        host = distributed.to_host(decoded.astype(jax.numpy.float32))
+    del decoded
+    if not on_device_frames:
+        out_of_memory.check_finite(host, vae, "decode", float(np.abs(z).max()))
+
+    per_video = 1 if kind in ("npy", "safetensors") else frames_per_video
+    with agreement.together("writing the outputs"):
+        with Stage("write", batch * per_video, "frame" if per_video > 1 else "file", config.run.quiet) as write:
+            if staged is not None:
+                for tmp, one in zip(staged.temps, host, strict=True):
+                    video.write_video_to(tmp, kind, one, fps=config.fps, crf=config.crf, tick=write.tick)
+        if config.run.memory_report:
+            memory.report("write")
+        interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
+    # Moved in only once every process has come through the step.
+    with agreement.together("moving the outputs in"):
+        if staged is not None:
+            staged.commit()
+    paths = outputs.output_paths(Path(config.output), batch)
+
+    return {
+        "outputs": [str(p) for p in paths],
+        "kind": kind,
+        "latents_shape": list(z.shape),
+        "layout": layout,
+        "unscaled": bool(config.unscale),
+        "video_shape": [host.shape[i] for i in (0, 4, 1, 2, 3)] if on_device_frames else list(host.shape),
+        "memory_plan": vae.planned(tuple(z.shape), kind=program).as_dict(),
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "processes": jax.process_count(),
+        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+        "plan": vae.plan.as_dict(),
+        "load_s": round(load.seconds, 3),
+        "compile_s": round(compile_stage.seconds, 3),
+        "compile_cache": cache_events.status if cache_dir else "off",
+        "compile_cache_dir": str(cache_dir) if cache_dir else None,
+        "decode_s": round(decode.seconds, 3),
+        "write_s": round(write.seconds, 3),
+        "frames_per_s": round(batch * frames_per_video / decode.seconds, 3),
+    }
+
+
+def _frame_count(latent_frames: int) -> int:
+    # Upstream's decoder turns 1 latent frame into 1, each later pair into 8,
+    # and a leading odd batch of 3 into 9: 1 -> 1, even T -> 4T, odd T -> 4T-3.
+    if latent_frames == 1:
+        return 1
+    return 4 * latent_frames if latent_frames % 2 == 0 else 4 * latent_frames - 3
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    if s.get("many"):
+        from cogvideox_torchax.cli import decode_many
+
+        decode_many.print_summary(s)
+        return
+    plan = s["memory_plan"]
+    if s.get("dry_run"):
+        print(
+            f"plan for {s['latents_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
+            f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
+        )
+        stages.print_target(s)
+        return
+    print(
+        f"decoded {s['latents_shape']} ({s['layout']}, {'unscaled' if s['unscaled'] else 'as given'}) -> "
+        f"{s['video_shape']} ({s['dtype']}, mesh {s['mesh']}, {s['device']})"
+    )
+    print(
+        f"  load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s (cache {s['compile_cache']}) | "
+        f"decode {s['decode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | write {s['write_s']:.2f} s"
+    )
+    print(f"  memory plan: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device")
+    for path in s["outputs"]:
+        print(f"  wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command line; returns the exit code (0 ok, 1 error, 2 bad input, 3 out of memory, 130 interrupted)."""
+    return command.command(_parser, argv, DecodeConfig.from_args, run, _print_summary)

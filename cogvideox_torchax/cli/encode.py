@@ -1,0 +1,266 @@
+"""``python -m cogvideox_torchax.encode VIDEO -o latents.safetensors``: encode a video to latents.
+
+A thin command line over the library, the counterpart of
+``python -m cogvideox_torchax.decode``. The video is an mp4 (or .mov, .mkv,
+.webm) or a folder of image frames; it is centre-cropped to a height and
+width divisible by 8 (or scaled and cropped to --size), and its frames are
+cut to the largest count 8k+1 (or --frames), the counts that decode back to
+the same length (see `cogvideox_torchax.io.frames`). The latents are written as
+the pipeline holds them, ``(1, T, C, H, W)`` multiplied by the model's
+scaling factor, under the key ``latents``, so the decode command reads them
+back with no flags. Bad input is one line on stderr, exit code 2, and no
+output file; the exit codes are listed in ``--help``. Under jax.distributed
+(``--coordinator``/``--distributed``) every process runs the same command;
+process 0 reads the video and writes the latents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
+from cogvideox_torchax.cli.errors import UsageError
+from cogvideox_torchax.cli.options import add_distributed_arguments, add_model_arguments, add_run_arguments
+from cogvideox_torchax.cli.stages import Stage
+
+LATENTS_KEY = "latents"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m cogvideox_torchax.encode",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        epilog=errors.EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("video", help="video file (.mp4, .mov, .mkv, .webm) or a folder of frames (.png, .jpg, ...)")
+    p.add_argument(
+        "--output", "-o", help="latents file to write (.safetensors; key 'latents', (1, T, C, H, W)); not with --dry-run"
+    )
+    p.add_argument(
+        "--size",
+        default=None,
+        metavar="HxW",
+        help="scale to cover and centre-crop to this height x width, each a multiple of 8 "
+        "(default: centre-crop to the multiples of 8 below the video's size)",
+    )
+    p.add_argument(
+        "--frames",
+        type=int,
+        default=None,
+        help="encode the first N frames (default: the largest 8k+1 available, which decode back to 8k+1)",
+    )
+    p.add_argument(
+        "--sample",
+        action="store_true",
+        help="draw the latents from the posterior (as the image-to-video pipeline does) instead of its mode",
+    )
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of the torch generator for --sample")
+    add_model_arguments(p)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file (never a folder)")
+    add_run_arguments(p)
+    add_distributed_arguments(p)
+    return p
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeConfig:
+    """The encode command's options, checked: what to read and fit, what to write, and the shared `options.RunOptions`."""
+
+    run: options.RunOptions
+    video: str
+    output: str | None = None
+    size: tuple[int, int] | None = None  # --size as (height, width)
+    frames: int | None = None
+    sample: bool = False
+    sample_seed: int = 0
+    overwrite: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> EncodeConfig:
+        """Checks what needs no reading.
+
+        Raises:
+            UsageError: values out of range or a missing output (exit 2).
+        """
+        from cogvideox_torchax.io import frames
+
+        run = options.RunOptions.from_args(args)
+        if args.output is None and not args.dry_run:
+            raise UsageError("--output/-o is needed (only --dry-run goes without)")
+        if args.output is not None and Path(args.output).suffix.lower() != ".safetensors":
+            raise UsageError(f"output must be a .safetensors file, got {args.output!r}")
+        if args.frames is not None and args.frames < 1:
+            raise UsageError(f"--frames must be at least 1, got {args.frames}")
+        size = None if args.size is None else frames.parse_size(args.size)
+        return cls(run, args.video, args.output, size, args.frames, args.sample, args.sample_seed, args.overwrite)
+
+    def with_run(self, run: options.RunOptions) -> EncodeConfig:
+        return dataclasses.replace(self, run=run)
+
+
+def run(config: EncodeConfig) -> dict[str, Any]:
+    """Encodes as the configuration says and returns the summary."""
+    from cogvideox_torchax.io import outputs
+
+    if config.run.dry_run:
+        return _dry_run(config)
+    # The output path is checked, and its temporary file made (the
+    # writability probe), before anything expensive; on process 0 only.
+    staged = None
+    with agreement.together("checking the output"):
+        if agreement.is_primary():
+            staged = outputs.StagedOutputs([Path(config.output)], overwrite=config.overwrite, is_dir=False)
+    with staged if staged is not None else contextlib.nullcontext():
+        return _encode(config, staged)
+
+
+def _read(config: EncodeConfig, quiet: bool):
+    """The fitted video ``(1, 3, F, H, W)``, the input's ``(frames, height, width)`` and fps; read on process 0."""
+    from cogvideox_torchax.io import frames
+    from cogvideox_torchax.parallel import distributed
+
+    x, info = None, None
+    with agreement.together("reading the video"), Stage("read", 1, "video", quiet) as read:
+        if agreement.is_primary():
+            raw, fps = frames.read_frames(config.video)
+            x = frames.to_video_tensor(frames.fit(raw, size=config.size, num_frames=config.frames))
+            info = {"input_shape": [int(v) for v in raw.shape[:3]], "fps": fps}
+        read.tick()
+    return distributed.share_array(x), distributed.share_json(info), read
+
+
+def _dry_run(config: EncodeConfig) -> dict[str, Any]:
+    """Reads the video, loads the model and plans the encode's memory (compiling, not running); writes nothing."""
+    x, _, _ = _read(config, quiet=True)
+    _, vae, load = stages.load_together(config.run)
+    vae.check_video(x.shape)
+    return {**stages.plan_stage(vae, x.shape, "encode", config.run, load), "video_shape": list(x.shape)}
+
+
+def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
+    from cogvideox_torchax.io import latents
+    from cogvideox_torchax.runtime import memory
+
+    x, info, read = _read(config, config.run.quiet)
+
+    import jax
+    import numpy as np
+    import torch
+
+    cache_dir, vae, load = stages.load_together(config.run)
+    vae.check_video(x.shape)
+
+    num_frames = x.shape[2]
+
+    def encode_all():
+        with Stage("encode", num_frames, "frame", config.run.quiet) as encode:
+            # One compiled program encodes the whole video; the bar completes
+            # when it returns.
+            moments = jax.block_until_ready(vae.encode_jax(x))
+            encode.tick(num_frames)
+        return encode, moments
+
+    # Compiled, then run, each agreed by every process.
+    with agreement.together("compiling and encoding"):
+        compile_stage, cache_events = out_of_memory.retry_out_of_memory(
+            vae, x.shape, "encode", "compiling the encode of",
+            lambda: stages.compile_stage(vae.compile_encode, x.shape, config.run), quiet=config.run.quiet,
+        )
+        encode, moments = out_of_memory.retry_out_of_memory(
+            vae, x.shape, "encode", "encoding video of", encode_all, quiet=config.run.quiet
+        )
+    # Every process takes part in gathering the moments (outside `together`:
+    # a collective); only process 0 writes.
+    posterior = vae.latent_dist(moments)
+    del moments
+    if config.sample:
+        z = posterior.sample(generator=torch.Generator().manual_seed(config.sample_seed))
+    else:
+        z = posterior.mode()
+    if config.run.memory_report:
+        memory.report("encode")
+
+    scaling = float(vae.config.scaling_factor)
+    out = latents.to_pipeline_latents(z.float().numpy(), scaling)
+    out_of_memory.check_finite(out, vae, "encode", float(np.abs(x).max()))
+    metadata = {
+        "layout": "BTCHW",
+        "scaling_factor": repr(scaling),
+        "scaled": "true",
+        "posterior": "sample" if config.sample else "mode",
+        "frames": str(num_frames),
+        "height": str(x.shape[3]),
+        "width": str(x.shape[4]),
+    }
+    with agreement.together("writing the output"):
+        with Stage("write", 1, "file", config.run.quiet) as write:
+            if staged is not None:
+                latents.save_latents_file(staged.temps[0], out, key=LATENTS_KEY, metadata=metadata)
+            write.tick()
+        if config.run.memory_report:
+            memory.report("write")
+        interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
+    # Moved in only once every process has come through the step.
+    with agreement.together("moving the output in"):
+        if staged is not None:
+            staged.commit()
+
+    return {
+        "input": str(config.video),
+        "input_shape": info["input_shape"],
+        "fps": info["fps"],
+        "video_shape": list(x.shape),
+        "output": str(config.output),
+        "latents_shape": list(out.shape),
+        "layout": "BTCHW",
+        "scaling_factor": scaling,
+        "posterior": metadata["posterior"],
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "processes": jax.process_count(),
+        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+        "plan": vae.plan.as_dict(),
+        "memory_plan": vae.planned(tuple(x.shape), kind="encode").as_dict(),
+        "read_s": round(read.seconds, 3),
+        "load_s": round(load.seconds, 3),
+        "compile_s": round(compile_stage.seconds, 3),
+        "compile_cache": cache_events.status if cache_dir else "off",
+        "compile_cache_dir": str(cache_dir) if cache_dir else None,
+        "encode_s": round(encode.seconds, 3),
+        "write_s": round(write.seconds, 3),
+        "frames_per_s": round(num_frames / encode.seconds, 3),
+    }
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    plan = s["memory_plan"]
+    if s.get("dry_run"):
+        print(
+            f"plan for video {s['video_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
+            f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
+        )
+        stages.print_target(s)
+        return
+    frames, height, width = s["input_shape"]
+    _, _, used, used_h, used_w = s["video_shape"]
+    print(
+        f"encoded {s['input']} ({frames} frames {height}x{width}; used {used} frames {used_h}x{used_w}) -> "
+        f"{s['latents_shape']} (BTCHW, x{s['scaling_factor']:g}, posterior {s['posterior']}; "
+        f"{s['dtype']}, mesh {s['mesh']}, {s['device']})"
+    )
+    print(
+        f"  read {s['read_s']:.2f} s | load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s "
+        f"(cache {s['compile_cache']}) | encode {s['encode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | "
+        f"write {s['write_s']:.2f} s"
+    )
+    print(f"  wrote {s['output']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command line; returns the exit code (0 ok, 1 error, 2 bad input, 3 out of memory, 130 interrupted)."""
+    return command.command(_parser, argv, EncodeConfig.from_args, run, _print_summary)

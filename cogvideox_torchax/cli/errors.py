@@ -1,0 +1,88 @@
+"""The commands' exit codes, the errors that map to them, and how a failure or a warning is one line."""
+
+from __future__ import annotations
+
+import sys
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY, EXIT_SOME_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+EXIT_CODES = """exit codes:
+  0    success: every output was written (or, with --skip-existing, was there already)
+  1    an error of this tool or the system (e.g. a disk filling up while writing, a jax.distributed
+       cluster that did not start within --distributed-timeout); nothing written
+  2    bad input or a refused output (unreadable or out-of-range latents/video, broken model
+       folder or config, an output that exists or may not be replaced, an unwritable folder,
+       a decode that would produce NaN/Inf); nothing written, checked before decoding
+       wherever it can be
+  3    out of memory: no plan fits --max-memory (checked from compiled programs before running),
+       or the device ran out while compiling or running (the message names the shape); nothing written
+  4    decoding many latents (--output-dir): some inputs failed, each named on stderr; the outputs
+       of all the others were written (with --dry-run: some inputs cannot be decoded)
+  130  interrupted (Ctrl-C); nothing written (with --output-dir: the outputs already complete stay)
+
+Under jax.distributed every process exits with the same code; only process 0 reads inputs, writes
+outputs and prints the summary. A process that dies ends the others within the heartbeat timeout
+(JAX's coordination service; exit code 134).
+
+--overwrite replaces an existing file, or a folder holding nothing but frame_*.png files;
+anything else is refused with exit code 2. Outputs appear only when all are complete."""
+
+
+class UsageError(Exception):
+    """Bad input; reported as one line with exit code 2."""
+
+
+class OutOfMemory(Exception):
+    """The compile or the run needs more memory than there is; reported as one line with exit code 3."""
+
+
+class PeerFailed(Exception):
+    """A process of a jax.distributed run failed a step; every process leaves with the same exit code.
+
+    ``own`` is this process's own error when it failed too, with another code
+    than the one agreed (printed as well; the others' logs say theirs).
+    """
+
+    def __init__(self, code: int, text: str, own: BaseException | None = None):
+        super().__init__(text)
+        self.code = code
+        self.own = own
+
+
+def agreed_code(codes: list[int]) -> int:
+    """The one exit code of a step from every process's code: an interrupt wins, else the first failure."""
+    if EXIT_INTERRUPTED in codes:
+        return EXIT_INTERRUPTED
+    return next((c for c in codes if c != EXIT_OK), EXIT_OK)
+
+
+_warned: set[str] = set()
+
+
+def warn_once(text: str, quiet: bool = False) -> None:
+    """One ``warning:`` line on stderr, once per process (nothing when quiet)."""
+    if text not in _warned and not quiet:
+        print(f"warning: {text}", file=sys.stderr)
+    _warned.add(text)
+
+
+def one_line(e: BaseException) -> str:
+    # ModelLoadError, LatentsError, FramesError and OutputError are
+    # ValueErrors with a message written for the user; anything else is ours
+    # and says its type.
+    text = " ".join(str(e).split())
+    return text if isinstance(e, (UsageError, OutOfMemory, ValueError)) else f"{type(e).__name__}: {text}"
+
+
+def exit_code(e: BaseException) -> int:
+    """The exit code (`EXIT_CODES`) an exception ends a command with."""
+    from cogvideox_torchax.runtime.budget import MemoryBudgetError
+
+    if isinstance(e, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(e, PeerFailed):
+        return e.code
+    if isinstance(e, (OutOfMemory, MemoryBudgetError)):
+        return EXIT_OUT_OF_MEMORY
+    return EXIT_BAD_INPUT if isinstance(e, (UsageError, ValueError)) else EXIT_ERROR

@@ -1,0 +1,217 @@
+"""The options both commands take (model, run, several processes): parsed once into frozen, checked options.
+
+`RunOptions.from_args` turns what argparse parsed into typed options and
+refuses bad values (`errors.UsageError`, exit 2) before anything loads;
+each command builds its own frozen configuration around them, and nothing
+below the command modules sees the ``argparse.Namespace``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from cogvideox_torchax.cli import errors
+
+RANDOM_PREFIX = "random:"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+    """Which model, in which dtype, over which mesh, under which memory budget (``--target``: for which accelerator)."""
+
+    model: str
+    subfolder: str | None
+    dtype: str
+    mesh: str | None
+    seed: int
+    max_memory: str
+    target: str | None
+
+    @property
+    def auto_memory(self) -> bool:
+        """Whether the budget is the device's capacity (``--max-memory auto``)."""
+        return self.max_memory.strip().lower() == "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedOptions:
+    """How this process joins a jax.distributed cluster (none of it: it runs alone)."""
+
+    distributed: bool = False
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    timeout_s: float = 300.0
+
+    @property
+    def joins(self) -> bool:
+        return self.distributed or any(v is not None for v in (self.coordinator, self.num_processes, self.process_id))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The options both commands take, checked."""
+
+    model: ModelOptions
+    distributed: DistributedOptions
+    compile_cache: str | None = None
+    use_compile_cache: bool = True
+    memory_report: bool = False
+    dry_run: bool = False
+    quiet: bool = False
+    json: bool = False
+    debug: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunOptions:
+        """Checks and types what `add_model_arguments`, `add_run_arguments` and `add_distributed_arguments` parsed.
+
+        Raises:
+            errors.UsageError: a dtype, memory budget, target or timeout that cannot be.
+        """
+        from cogvideox_torchax.config import canonical_dtype
+        from cogvideox_torchax.runtime import budget, memory, targets
+
+        try:
+            dtype = canonical_dtype(args.dtype)
+        except ValueError as e:
+            raise errors.UsageError(str(e)) from e
+        try:
+            budget.parse_memory(args.max_memory)
+        except ValueError as e:
+            raise errors.UsageError(f"--max-memory: {e}") from e
+        if args.target is not None:
+            if not args.dry_run:
+                raise errors.UsageError("--target plans for an accelerator that is not here: it needs --dry-run")
+            try:
+                targets.target_mesh(args.target, args.mesh)
+            except (ValueError, targets.TargetUnavailableError) as e:
+                raise errors.UsageError(f"--target: {e}") from e
+        if not args.distributed_timeout > 0:
+            raise errors.UsageError(f"--distributed-timeout must be positive, got {args.distributed_timeout}")
+        model = ModelOptions(args.model, args.subfolder, dtype, args.mesh, args.seed, str(args.max_memory), args.target)
+        joins = DistributedOptions(
+            args.distributed, args.coordinator, args.num_processes, args.process_id, args.distributed_timeout
+        )
+        report = args.memory_report or memory.enabled_by_env()
+        return cls(model, joins, args.compile_cache, not args.no_compile_cache, report, args.dry_run, args.quiet,
+                   args.json, args.debug)
+
+    def silenced(self) -> RunOptions:
+        """The same options for a process that reports nothing (not process 0 of a cluster)."""
+        return dataclasses.replace(self, quiet=True, json=False)
+
+
+def add_distributed_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that run a command as one process of a jax.distributed cluster."""
+    g = p.add_argument_group(
+        "several processes (jax.distributed; run the same command in every process)",
+        "The mesh then spans every process's devices (default: dp across processes, tp inside one).",
+    )
+    g.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join the cluster JAX detects (TPU pod slice, SLURM, Open MPI)",
+    )
+    g.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, the same for every process")
+    g.add_argument("--num-processes", type=int, metavar="N", help="how many processes take part")
+    g.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 .. N-1")
+    g.add_argument(
+        "--distributed-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds to wait for every process to join (default 300), then exit 1 with one line",
+    )
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, runtime and reporting options both commands take."""
+    p.add_argument(
+        "--model",
+        default="THUDM/CogVideoX-2b",
+        help=f"local diffusers folder, hub id, or {RANDOM_PREFIX}cogvideox-2b / {RANDOM_PREFIX}cogvideox-5b / "
+        f"{RANDOM_PREFIX}cogvideox-1.5 / {RANDOM_PREFIX}tiny (seeded random weights, no download); "
+        "default THUDM/CogVideoX-2b",
+    )
+    p.add_argument("--subfolder", default=None, help="VAE folder inside --model (default 'vae' for hub ids)")
+    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (fp32/bf16)")
+    p.add_argument("--mesh", default=None, help="device mesh, e.g. dp=1,tp=8 (default: all devices on tp)")
+    p.add_argument("--seed", type=int, default=0, help=f"seed for {RANDOM_PREFIX} models")
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """Output, cache and reporting options both commands take."""
+    p.add_argument("--compile-cache", default=None, metavar="DIR", help="persistent compilation cache folder")
+    p.add_argument("--no-compile-cache", action="store_true", help="do not read or write the compilation cache")
+    p.add_argument(
+        "--memory-report",
+        action="store_true",
+        help="print live device memory after each stage (also $COGVIDEOX_TORCHAX_MEMORY_REPORT=1)",
+    )
+    p.add_argument(
+        "--max-memory",
+        default="auto",
+        metavar="auto|SIZE",
+        help="per-device memory the run must fit, e.g. 16GiB (default auto: the device's capacity); "
+        "the plan (whole, or upstream's tiling with more tiles) is chosen from compiled programs before running",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the memory plan and its compiled bytes; run nothing")
+    p.add_argument(
+        "--target",
+        default=None,
+        metavar="NAME",
+        help="with --dry-run: plan for an accelerator that is not here (h100, h200, v5e-1, v5e-8, v6e-1, v6e-8) "
+        "with its real compiler (the aot extra); --mesh is then the target's mesh, --max-memory its budget",
+    )
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def compile_cache_from(run: RunOptions) -> Path | None:
+    """Turns the persistent compile cache on (returns its folder) or off (None) as the options say.
+
+    A ``--compile-cache`` folder that cannot be created or written is bad
+    input; a default folder that cannot (e.g. a home that is not writable)
+    is a warning, and the run goes on without the cache.
+    """
+    from cogvideox_torchax.runtime import compile_cache
+
+    if not run.use_compile_cache:
+        compile_cache.disable_compile_cache()
+        return None
+    try:
+        return compile_cache.enable_compile_cache(run.compile_cache)
+    except OSError as e:
+        if run.compile_cache is not None:
+            raise errors.UsageError(
+                f"compile cache folder {e.strerror}; pass another --compile-cache or --no-compile-cache"
+            ) from e
+        errors.warn_once(f"cannot use the default compile cache {e.strerror}; running without it", run.quiet)
+        compile_cache.disable_compile_cache()
+        return None
+
+
+def load_model(model: ModelOptions):
+    """The `TorchaxVAE` the model options name."""
+    import cogvideox_torchax as ct
+
+    # With --target, --mesh is the target's; the weights stay on one local device.
+    mesh = "dp=1,tp=1" if model.target is not None else model.mesh
+    if model.model.startswith(RANDOM_PREFIX):
+        try:
+            module = ct.random_upstream(model.model[len(RANDOM_PREFIX) :], seed=model.seed)
+        except ValueError as e:
+            raise errors.UsageError(str(e)) from e
+        vae = ct.wrap(module, dtype=model.dtype, mesh=mesh, max_memory=model.max_memory)
+    else:
+        subfolder = model.subfolder
+        if subfolder is None and not Path(model.model).exists():
+            subfolder = "vae"
+        vae = ct.from_pretrained(model.model, subfolder=subfolder, dtype=model.dtype, mesh=mesh,
+                                 max_memory=model.max_memory)
+    vae.planner.retries = 0  # the commands retry themselves, agreed among processes (`out_of_memory`)
+    return vae

@@ -1,0 +1,146 @@
+"""Out of memory in a command: one line naming the shape, the plan and the ``--max-memory`` that fits; the agreed retry."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from cogvideox_torchax.cli import agreement, errors
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    from cogvideox_torchax.runtime.retry import is_out_of_memory
+
+    return not isinstance(e, errors.UsageError) and is_out_of_memory(e)
+
+
+_ASKED = re.compile(r"allocat\w*\s+([\d.]+\s*[KMGT]?i?B|\d+\s*bytes)", re.I)
+
+
+@contextlib.contextmanager
+def out_of_memory_as_exit_3(what: str, shape: tuple[int, ...], vae=None, kind: str | None = None) -> Iterator[None]:
+    """Turns XLA's RESOURCE_EXHAUSTED / out-of-memory errors (and MemoryError) inside the block into `errors.OutOfMemory`.
+
+    The message names the shape, the bytes asked (from XLA's message) and
+    the plan's bytes and budget; with the program ``kind`` (``"decode"``,
+    ``"frames"``, ``"encode"``) also the ``--max-memory`` that would choose
+    the next smaller plan, or that none exists.
+    """
+    try:
+        yield
+    except Exception as e:
+        if not is_out_of_memory(e):
+            raise
+        raise errors.OutOfMemory(_out_of_memory_line(e, what, shape, vae, kind)) from e
+
+
+def _out_of_memory_line(e: BaseException, what: str, shape: tuple[int, ...], vae, kind: str | None) -> str:
+    from cogvideox_torchax.runtime import budget
+
+    shape = tuple(int(v) for v in shape)
+    where = f" ({vae.options.dtype}, mesh {dict(vae.mesh.shape)})" if vae is not None else ""
+    asked = _ASKED.search(str(e))
+    first = " ".join(str(e).split("\n")[0].split())[:200] or type(e).__name__
+    line = f"out of memory {what} shape {shape}{where}: " + (f"asked {asked.group(1)}" if asked else first)
+    kinds = [kind] if kind else ["decode", "frames", "encode"]
+    plans = [] if vae is None else [vae.planned(shape, kind=k) for k in kinds]
+    plan = next((p for p in plans if p is not None), None)
+    if plan is not None:
+        line += f"; the plan ({plan.name}) compiled to {budget.human(plan.bytes)} per device"
+        line += f" of {budget.human(plan.budget)} usable" if plan.budget else ""
+        if kind is not None:  # asked for the hint: plans the next one (this run is over)
+            try:
+                # Planned, not chosen: a many-latents run goes on with its plans as they were.
+                smaller = vae.next_plan(shape, kind=kind, choose=False)
+            except budget.MemoryBudgetError:
+                return line + "; no smaller plan exists: try --dtype bfloat16 or a mesh with more devices on tp"
+            except Exception:  # the hint is a courtesy; the line stands without it
+                smaller = None
+            if smaller is not None:
+                flag = _size_flag(budget.budget_for(smaller.bytes))
+                return line + f"; --max-memory {flag} would run the {smaller.name} plan ({budget.human(smaller.bytes)})"
+    return line + "; try a --max-memory below what the device really has free (tiling follows), --dtype bfloat16, or a larger --mesh"
+
+
+def _size_flag(n: float) -> str:
+    """A ``--max-memory`` value of at least ``n`` bytes, rounded up: ``12.35GiB`` or ``831MiB``."""
+    if n >= 2**30:
+        return f"{math.ceil(n / 2**30 * 100) / 100:.2f}GiB"
+    return f"{math.ceil(n / 2**20)}MiB"
+
+
+def retry_out_of_memory(vae, shape: tuple[int, ...], kind: str, what: str, run: Callable[[], Any], *, quiet: bool) -> Any:
+    """``run()``, turning out-of-memory into `errors.OutOfMemory`; with ``--max-memory auto``, once more on the next plan first.
+
+    A plan is chosen from compiled bytes against what the device says it
+    has; if the device then runs out anyway, the next smaller plan is tried
+    once (a warning line says so) before giving up with exit code 3. Under
+    jax.distributed every process calls it and all agree after each step
+    (the run, the new plan, the second run): if any ran out (and none failed
+    otherwise), all retry on the same next plan; otherwise all leave with
+    one code.
+    """
+    from cogvideox_torchax.runtime import budget
+
+    shape = tuple(shape)
+    auto = vae.planner.auto
+
+    def first() -> Any:
+        with out_of_memory_as_exit_3(what, shape, vae, None if auto else kind):
+            return run()
+
+    result, error = agreement.attempt(first)
+    codes = agreement.gather_codes(errors.EXIT_OK if error is None else errors.exit_code(error))
+    if errors.agreed_code(codes) == errors.EXIT_OK:
+        return result
+    retry = auto and set(codes) <= {errors.EXIT_OK, errors.EXIT_OUT_OF_MEMORY}
+    if agreement.process_count() == 1 and vae.planned(shape, kind=kind) is None:
+        retry = False  # no plan fits at all (MemoryBudgetError): planning again finds none either
+    if not retry:
+        agreement.raise_agreed(codes, error, what)
+    failed = vae.planned(shape, kind=kind)
+
+    def plan_again() -> Any:
+        with out_of_memory_as_exit_3("planning again for", shape):
+            return vae.next_plan(shape, kind=kind)
+
+    plan, plan_error = agreement.attempt(plan_again)
+    plan_codes = agreement.gather_codes(errors.EXIT_OK if plan_error is None else errors.exit_code(plan_error))
+    if errors.agreed_code(plan_codes) != errors.EXIT_OK:
+        # No smaller plan (every process plans alike), or planning failed: the run's failure stands.
+        agreement.raise_agreed(codes, error or plan_error, what)
+    errors.warn_once(
+        f"out of memory running the {failed.name if failed else 'planned'} program for {shape}; "
+        f"retrying once with the {plan.name} plan ({budget.human(plan.bytes)})",
+        quiet,
+    )
+
+    def second() -> Any:
+        with out_of_memory_as_exit_3(what, shape, vae, kind):
+            return run()
+
+    return agreement.settle(*agreement.attempt(second), what)
+
+
+def nonfinite_cause(vae, what: str, input_largest: float) -> str:
+    """Why a decode or encode result holds NaN/Inf: NaN weights, or an input out of range for the dtype."""
+    import jax.numpy as jnp
+
+    for key, w in vae.weights.items():
+        if not bool(jnp.isfinite(w).all()):
+            return f"the model's weight {key!r} holds NaN or Inf; nothing was written"
+    return (
+        f"the {what} produced NaN or Inf: its input (largest |value| {input_largest:.3g}) is out of range for "
+        f"{vae.options.dtype} computation; nothing was written"
+    )
+
+
+def check_finite(result, vae, what: str, input_largest: float) -> None:
+    """Raises `errors.UsageError` (exit 2, nothing written) when ``result`` holds NaN or Inf, naming the cause."""
+    import numpy as np
+
+    if not np.isfinite(result).all():
+        raise errors.UsageError(nonfinite_cause(vae, what, input_largest))

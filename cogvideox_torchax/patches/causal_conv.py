@@ -1,0 +1,205 @@
+"""Upstream's causal convolutions, three ways: no cache for time kernel 1, cache taken first, time taps."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
+
+from cogvideox_torchax.kernels.causal_conv import causal_conv3d
+from cogvideox_torchax.patches.base import Patch, barrier, interop, is_torchax, requires, swap_classes
+
+
+class CachelessCausalConv3d(CogVideoXCausalConv3d):
+    """A `CogVideoXCausalConv3d` with a time kernel of 1, returning no cache.
+
+    Upstream returns ``inputs[:, :, -kernel + 1:]`` as the cache, which for a
+    kernel of 1 is the *whole* input (``-0:``), and never reads it back (only
+    kernels > 1 prepend a cache). SpatialNorm's ``conv_y``/``conv_b`` are such
+    convs: for 49 frames at 480x720 their caches alone were 10 GB. Returning
+    None instead changes no result and gives later frame batches a cache of
+    the same shape as the first's, which a scan carry needs.
+    """
+
+    def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
+        output, _ = super().forward(inputs, conv_cache)
+        return output, None
+
+
+def apply_conv_cache_trim(vae: torch.nn.Module) -> int:
+    """Makes every time-kernel-1 `CogVideoXCausalConv3d` a `CachelessCausalConv3d`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return swap_classes(vae, {CogVideoXCausalConv3d: CachelessCausalConv3d}, lambda m: m.time_kernel_size == 1)
+
+
+# XLA:CPU runs OptimizationBarrierExpander, which deletes every
+# `optimization_barrier` before fusion and scheduling; the decode is compiled
+# with this option so the barriers of `CacheFirstCausalConv3d` stay (GPU and
+# TPU keep barriers anyway). See `TorchaxVAE.compile_decode`.
+KEEP_BARRIERS_COMPILER_OPTIONS = {"xla_disable_hlo_passes": "cse_barrier_expander"}
+
+class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
+    """A `CogVideoXCausalConv3d` (time kernel > 1) that takes its conv cache before convolving.
+
+    Upstream returns ``inputs[:, :, -k + 1:]`` of the cache-padded input as
+    the next frame batch's cache. Traced into one program, nothing orders
+    that small slice: XLA fuses it with the elementwise ops producing the
+    input (norm, SiLU) and schedules it late, at the end of the decoder call
+    or inside the next call's concatenation, so every full-size tensor those
+    ops read (the norm input, SpatialNorm's ``conv_y``/``conv_b`` outputs,
+    the SiLU gate) stays alive until then: 92 GB instead of ~13 GB at
+    480x720 (2b, fp32) as soon as two decoder calls are chained.
+
+    Here a barrier on ``(input, cache)`` makes the convolution wait for the
+    cache: the cache exists before the input can die, and it is a copy of
+    two frames, not a view of the batch. The values are upstream's. The
+    input itself is not put behind a barrier (materialised): that saves no
+    memory (16.90 GiB either way at 13 frames, 480x720) and makes the
+    scanned decode 2.2x slower on XLA:CPU (2b, (1,16,5,8,8): 46 s vs 22 s).
+
+    With ``materialise_padded`` (CUDA: cuDNN reads its input from memory
+    anyway) the barrier is on ``(padded input, cache)`` instead: the norm
+    and SiLU producing the input fuse into the concatenation, so the input
+    is never stored apart from its padded copy, and the cache is a slice of
+    that copy. Compiled for an H200 (2b, (1,16,13,60,90), bf16): 6.44 vs
+    6.74 GiB of temporaries, 13 vs 38 activation-sized copies.
+    """
+
+    materialise_padded: bool = False
+
+    def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
+        if not is_torchax(inputs) or self.pad_mode == "replicate":
+            return super().forward(inputs, conv_cache)
+        x = inputs
+        padded = self.fake_context_parallel_forward(x, conv_cache)
+        new_cache = padded[:, :, -self.time_kernel_size + 1 :].clone()
+        if self.materialise_padded:
+            padded, new_cache = barrier((padded, new_cache))
+            return self.conv(padded), new_cache
+        x, new_cache = barrier((x, new_cache))
+        output = self.conv(self.fake_context_parallel_forward(x, conv_cache))
+        return output, new_cache
+
+
+def apply_cache_first(vae: torch.nn.Module, *, materialise_padded: bool = False) -> int:
+    """Makes every time-kernel > 1 `CogVideoXCausalConv3d` a `CacheFirstCausalConv3d`.
+
+    ``materialise_padded``: the barrier holds the padded input rather than
+    the input (see `CacheFirstCausalConv3d`); set on every such module.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    count = swap_classes(vae, {CogVideoXCausalConv3d: CacheFirstCausalConv3d}, lambda m: m.time_kernel_size > 1)
+    for module in vae.modules():
+        if isinstance(module, CacheFirstCausalConv3d):
+            module.materialise_padded = materialise_padded
+    return count
+
+
+def _time_taps_apply(module: CogVideoXCausalConv3d) -> bool:
+    # Only the conv's structure is checked here; which backends and dtypes
+    # get time taps at all is `cogvideox_torchax.runtime.plan`'s decision.
+    conv3d = module.conv
+    return (
+        module.pad_mode != "replicate"  # any other mode prepends the cache
+        and tuple(conv3d.stride) == (1, 1, 1)
+        and tuple(conv3d.dilation) == (1, 1, 1)
+        and conv3d.groups == 1
+        and conv3d.padding_mode == "zeros"
+        and not isinstance(conv3d.padding, str)
+        and conv3d.padding[0] == 0
+    )
+
+
+class TimeTapCausalConv3d(CacheFirstCausalConv3d):
+    """A `CacheFirstCausalConv3d` run as one 2-D convolution per time tap.
+
+    `kernels.causal_conv.causal_conv3d` convolves each batch's own frames
+    once per time tap and carries partial sums of the next batch's first
+    outputs as the conv cache, instead of input frames: XLA:CPU's 2-D
+    convolutions run ~1.5x faster than its 3-D one, and no padded copy of
+    the input is built. The cache stays opaque to upstream's code, which
+    only hands it back to the same module. `cogvideox_torchax.runtime.plan` applies
+    it on the CPU in fp32 only.
+
+    A barrier on ``(output, cache)`` makes both exist together: left free,
+    the scheduler may postpone the small cache sums to the next batch, and
+    every tap's full-size product they read would stay alive until then.
+
+    ``cache_inputs`` and ``in_order`` are the kernel's options of the
+    same names; `apply_time_tap_conv` sets them on the encoder's convs.
+    """
+
+    cache_inputs: bool = False
+    in_order: bool = False
+
+    def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
+        if not is_torchax(inputs) or not _time_taps_apply(self):
+            return super().forward(inputs, conv_cache)
+        options = {}
+        if self.cache_inputs:
+            options["cache_inputs"] = True
+        if self.in_order:
+            options["in_order"] = True
+        fn = functools.partial(causal_conv3d, padding_hw=tuple(self.conv.padding[1:]), **options)
+        output, state = interop.torch_view(fn)(inputs, conv_cache, self.conv.weight, self.conv.bias)
+        return barrier((output, state))
+
+
+def apply_time_tap_conv(vae: torch.nn.Module) -> int:
+    """Makes every `CacheFirstCausalConv3d` a `TimeTapCausalConv3d`; apply `apply_cache_first` first.
+
+    In the encoder (``vae.encoder``, where there is one), whose caches a
+    scanned encode carries across its frame batches (3.34 GiB at 480x720
+    in fp32, six full-resolution ones at 128 channels), each conv also adds
+    the carried state and then each tap's product before the next tap
+    (``in_order``), and a conv with fewer input than output channels
+    carries its input frames (``cache_inputs``): ``conv_in`` 3 channels
+    instead of 128. Compiled temp of the 2b encode at 480x720 (fp32,
+    default XLA:CPU scheduler), 9 / 49 frames: 7.42 / 10.26 GiB; 7.42 /
+    11.25 without ``in_order`` (in the scan step, two full-size products
+    alive at once). The decoder's convs are left free: in_order on them
+    leaves the decode of 13 latent frames at 480x720 at the same 14.08 GiB.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    count = swap_classes(vae, {CacheFirstCausalConv3d: TimeTapCausalConv3d})
+    encoder = getattr(vae, "encoder", None)
+    for module in encoder.modules() if isinstance(encoder, torch.nn.Module) else ():
+        if isinstance(module, TimeTapCausalConv3d):
+            module.in_order = True
+            module.cache_inputs = module.conv.in_channels < module.conv.out_channels
+    return count
+
+
+def _keep_barriers(target) -> dict[str, str] | None:
+    return dict(KEEP_BARRIERS_COMPILER_OPTIONS) if target.platform == "cpu" else None
+
+
+def _time_taps_why_not(target, applied: frozenset[str]) -> str | None:
+    if target.platform != "cpu":
+        return (
+            "GPU and TPU run each causal conv as one 3-D convolution; time taps only work around "
+            "XLA:CPU's slow 3-D convolution"
+        )
+    if target.dtype != "float32":
+        return "in bf16 its per-tap fp32 partial sums would be activation-sized fp32 tensors"
+    return requires("cache_first")(target, applied)
+
+
+PATCHES = (
+    Patch("trim_conv_cache", 60, lambda m, plan, mesh: apply_conv_cache_trim(m)),
+    Patch(
+        "cache_first",
+        80,
+        lambda m, plan, mesh: apply_cache_first(m, materialise_padded=plan.target.platform == "cuda"),
+        compiler_options=_keep_barriers,
+    ),
+    Patch("time_tap_conv", 90, lambda m, plan, mesh: apply_time_tap_conv(m), _time_taps_why_not),
+)

@@ -1,0 +1,54 @@
+"""GroupNorm and SiLU by the project's kernels (`kernels.group_norm`, `kernels.silu`) under torchax."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from cogvideox_torchax.kernels.group_norm import group_norm
+from cogvideox_torchax.kernels.silu import silu
+from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
+
+
+class JaxGroupNorm(torch.nn.GroupNorm):
+    """`nn.GroupNorm` computed by `kernels.group_norm.group_norm` under torchax."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not is_torchax(input):
+            return super().forward(input)
+        fn = functools.partial(group_norm, num_groups=self.num_groups, eps=self.eps)
+        return interop.torch_view(fn)(input, self.weight, self.bias)
+
+
+class JaxSiLU(torch.nn.SiLU):
+    """`nn.SiLU` computed by `kernels.silu.silu` (one rounding) under torchax."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if not is_torchax(input):
+            return super().forward(input)
+        return interop.torch_view(silu)(input)
+
+
+def apply_group_norm(vae: torch.nn.Module) -> int:
+    """Makes every `nn.GroupNorm` in ``vae`` a `JaxGroupNorm`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return swap_classes(vae, {torch.nn.GroupNorm: JaxGroupNorm})
+
+
+def apply_silu(vae: torch.nn.Module) -> int:
+    """Makes every `nn.SiLU` in ``vae`` a `JaxSiLU`.
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    return swap_classes(vae, {torch.nn.SiLU: JaxSiLU})
+
+
+PATCHES = (
+    Patch("group_norm", 10, lambda m, plan, mesh: apply_group_norm(m)),
+    Patch("silu", 20, lambda m, plan, mesh: apply_silu(m)),
+)

@@ -1,0 +1,99 @@
+"""Lowering, compiling and planning a shape before anything runs: `TorchaxVAE`'s ahead-of-time surface.
+
+`AheadOfTime` is a mixin over the class's ``programs`` (`ProgramCache`),
+``planner`` (`Planner`), ``check_latents`` and ``check_video``: what a
+program would be (lowered, compiled, for this machine or a named
+accelerator) and which memory plan a shape gets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from cogvideox_torchax.runtime import budget
+from cogvideox_torchax.runtime.planner import key_of
+from cogvideox_torchax.runtime.programs import ProgramKey
+
+
+class AheadOfTime:
+    """Programs and plans for a shape, lowered, compiled or planned without running them."""
+
+    def lower_decode(
+        self, shape: tuple[int, ...], *, platform: str | None = None, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Lowered:
+        """Traces and lowers the decode for latents ``(B, C, T, H, W)`` without running it.
+
+        ``platform`` (``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``) builds the
+        program with that platform's plan (`plan_for`); only the mesh's own
+        compiles here. ``target`` (`targets.TARGETS`: ``"h200"``, ``"v6e-8"``,
+        ...) over ``mesh`` (``"dp=1,tp=8"``; default all on ``tp``) builds it
+        on that accelerator's compile-only devices; it compiles here with its
+        real compiler (the ``aot`` extra).
+        """
+        return self._lower("decode", shape, platform, target, mesh)
+
+    def lower_encode(
+        self, shape: tuple[int, ...], *, platform: str | None = None, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Lowered:
+        """Traces and lowers the encode for a video shape without running it (arguments as in `lower_decode`)."""
+        return self._lower("encode", shape, platform, target, mesh)
+
+    def _lower(self, kind: str, shape, platform: str | None, target: str | None, mesh: Any) -> jax.stages.Lowered:
+        shape = tuple(shape)
+        (self.check_video if kind == "encode" else self.check_latents)(shape)
+        return self.programs.lower(kind, shape, (ProgramKey.for_target(target, mesh) if target else ProgramKey(platform)))
+
+    def compile_decode(
+        self, shape: tuple[int, ...], *, frames: bool = False, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Compiled:
+        """The planned decode for a latent shape (of `decode_frames_jax` with ``frames``), compiled on first use.
+
+        ``target`` and ``mesh`` compile the planned program for a named
+        accelerator (see `lower_decode`); it cannot run here.
+        """
+        return self._compile("frames" if frames else "decode", shape, target, mesh)
+
+    def compile_encode(self, shape: tuple[int, ...], *, target: str | None = None, mesh: Any = None):
+        """The planned encode for a video shape, compiled on first use (``target`` as in `compile_decode`)."""
+        return self._compile("encode", shape, target, mesh)
+
+    def _compile(self, kind: str, shape, target: str | None = None, mesh: Any = None) -> jax.stages.Compiled:
+        shape = tuple(shape)
+        (self.check_video if kind == "encode" else self.check_latents)(shape)
+        return self.programs.compile(kind, shape, key_of(self.memory_plan(shape, kind=kind, target=target, mesh=mesh)))
+
+    def memory_plan(
+        self, shape: tuple[int, ...], *, kind: str = "decode", target: str | None = None, mesh: Any = None
+    ) -> budget.MemoryPlan:
+        """How a shape runs within the memory budget (`Planner.plan`), compiling candidates (running nothing).
+
+        ``kind``: ``"decode"``, ``"frames"`` or ``"encode"``; ``target`` and
+        ``mesh`` plan for a named accelerator (as `lower_decode` takes them).
+
+        Raises:
+            MemoryBudgetError: no candidate fits; says what each needs.
+        """
+        return self.planner.plan(kind, tuple(shape), target, mesh)
+
+    def memory_candidates(self, shape: tuple[int, ...], *, kind: str = "decode") -> list[budget.MemoryPlan]:
+        """Every candidate plan of `memory_plan` with its compiled bytes, in order (all compiled; none run)."""
+        (self.check_video if kind == "encode" else self.check_latents)(tuple(shape))
+        return self.planner.measure_all(kind, tuple(shape))
+
+    def planned(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan | None:
+        """The plan `memory_plan` chose for a shape, or None if it has not planned it (compiles nothing)."""
+        return self.planner.planned(kind, tuple(shape))
+
+    def memory_budget(self) -> tuple[int, str]:
+        """The per-device bytes plans must fit (before `budget.SAFETY_MARGIN`) and their source (`Planner.budget`)."""
+        return self.planner.budget()
+
+    def next_plan(self, shape: tuple[int, ...], *, kind: str = "decode", choose: bool = True) -> budget.MemoryPlan:
+        """The plan below the one that ran out of memory, chosen to run next (only reported with ``choose=False``).
+
+        Raises:
+            MemoryBudgetError: no smaller plan exists.
+        """
+        return self.planner.smaller(kind, tuple(shape), choose_it=choose)

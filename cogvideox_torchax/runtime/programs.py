@@ -1,0 +1,232 @@
+"""The programs of one VAE: one `Program` per `ProgramKey`, and the meshes and weight copies they run on."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+from diffusers import AutoencoderKLCogVideoX
+from jax.sharding import Mesh
+
+from cogvideox_torchax.config import RuntimeOptions
+from cogvideox_torchax.parallel import distributed, sharding
+from cogvideox_torchax.runtime import targets
+from cogvideox_torchax.runtime.plan import (
+    RunPlan,
+    Target,
+    build_plan,
+    canonical_platform,
+    compiler_options,
+    mesh_platform,
+)
+from cogvideox_torchax.runtime.program import Program, tiling_switches
+
+# torchax computes some index arithmetic in int64; with x64 off JAX narrows it
+# to int32 (harmless at these sizes) and warns on every trace.
+_INT64_WARNING = "Explicitly requested dtype int64"
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramKey:
+    """Which program: what it is built for, with which tiling, over which mesh.
+
+    Attributes:
+        target: None for the VAE's own devices; a platform (``"cpu"``,
+            ``"cuda"``, ``"rocm"``, ``"tpu"``) for a program only lowered for
+            it; or a named accelerator (`targets.TARGETS`), whose
+            compile-only devices it compiles for.
+        tiling: `enable_tiling` keywords as sorted items; None keeps the
+            module's own switches.
+        mesh: ``(dp, tp)``; None is the VAE's own mesh (a named
+            accelerator's key always names its mesh).
+    """
+
+    target: str | None = None
+    tiling: tuple[tuple[str, Any], ...] | None = None
+    mesh: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, target: str | None = None, tiling: Mapping[str, Any] | None = None, mesh=None) -> ProgramKey:
+        """A key from `enable_tiling` keywords as a mapping."""
+        return cls(target, None if tiling is None else tuple(sorted(tiling.items())), mesh)
+
+    @classmethod
+    def for_target(cls, target: str, mesh: Any = None) -> ProgramKey:
+        """The key of a named accelerator's program over ``mesh`` (``"dp=1,tp=8"``; default all on ``tp``)."""
+        on = targets.target_mesh(target, mesh)
+        return cls(targets.get(target).name, None, (on.shape["dp"], on.shape["tp"]))
+
+    @property
+    def tiling_kwargs(self) -> dict[str, Any] | None:
+        return None if self.tiling is None else dict(self.tiling)
+
+    @property
+    def accelerator(self) -> targets.Accelerator | None:
+        """The named accelerator the key compiles for, or None."""
+        return targets.TARGETS.get(self.target) if self.target is not None else None
+
+
+def to_numpy(x: torch.Tensor | np.ndarray | jax.Array, np_dtype: Any) -> np.ndarray | jax.Array:
+    """A torch tensor, NumPy array or JAX array in ``np_dtype`` (a JAX array stays on its devices)."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().to("cpu")
+        if x.dtype == torch.bfloat16:
+            x = x.float()
+        x = x.numpy()
+    if isinstance(x, jax.Array):
+        return x.astype(np_dtype)
+    return np.asarray(x).astype(np_dtype, copy=False)
+
+
+def to_host_torch(x: jax.Array) -> torch.Tensor:
+    """A JAX array (every shard, from every process) as a host torch tensor of its dtype."""
+    arr = np.array(distributed.to_host(x))  # every shard, from every process; a writable copy
+    if arr.dtype == np.dtype(jax.numpy.bfloat16):
+        return torch.from_numpy(arr.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(arr)
+
+
+
+def _no_compile_cache():
+    from jax._src import config
+
+    return config.enable_compilation_cache(False)
+
+
+class ProgramCache:
+    """Programs by `ProgramKey`, each compiled once per input shape, and the weights on each key's mesh.
+
+    The VAE's own program patches the module it is given; any other key's
+    program patches a copy of an unpatched one (structure only), so a
+    program for another platform, tiling or mesh can be built at any time.
+    """
+
+    def __init__(self, module: AutoencoderKLCogVideoX, state_dict: Mapping[str, torch.Tensor],
+                 options: RuntimeOptions, mesh: Mesh):
+        self.options = options
+        self.mesh = mesh
+        module.eval()
+        self._pristine = copy.deepcopy(module)
+        self._programs = {ProgramKey(): Program(module, self.plan_for(ProgramKey()), mesh)}
+        self._meshes: dict[tuple[int, int], Mesh] = {}
+        self._copies: dict[tuple[int, int], dict[str, jax.Array]] = {}
+        np_dtype = np.dtype(options.jax_dtype)
+        self.weights = {
+            name: sharding.place(to_numpy(t, np_dtype), sharding.replicated(mesh)) for name, t in state_dict.items()
+        }
+
+    @property
+    def own(self) -> Program:
+        """The program of the VAE's own devices, tiling switches and mesh."""
+        return self._programs[ProgramKey()]
+
+    def platform(self, key: ProgramKey) -> str:
+        """The platform ``key``'s program is built for."""
+        if key.accelerator is not None:
+            return key.accelerator.platform
+        return canonical_platform(key.target) if key.target is not None else mesh_platform(self.mesh)
+
+    def plan_for(self, key: ProgramKey) -> RunPlan:
+        return build_plan(self.options, Target.of(self.mesh_of(key), self.options.dtype, self.platform(key)))
+
+    def mesh_of(self, key: ProgramKey) -> Mesh:
+        """The mesh ``key``'s program runs over (a named accelerator's: compile-only devices)."""
+        if key.accelerator is not None:
+            return targets.target_mesh(key.target, key.mesh)
+        if key.mesh is None:
+            return self.mesh
+        if key.mesh not in self._meshes:
+            self._meshes[key.mesh] = sharding.make_mesh(key.mesh, devices=self.platform_devices())
+        return self._meshes[key.mesh]
+
+    def platform_devices(self) -> list[jax.Device]:
+        """This process's devices of the VAE's own platform (those a wider mesh may use)."""
+        own = self.mesh.devices.flat[0]
+        return [d for d in jax.devices(own.platform) if d.platform == own.platform]
+
+    def program(self, key: ProgramKey) -> Program:
+        if key not in self._programs:
+            module = copy.deepcopy(self._pristine)
+            vars(module).update(tiling_switches(self.own.module))
+            if key.tiling is not None:
+                module.enable_tiling(**key.tiling_kwargs)
+            self._programs[key] = Program(module, self.plan_for(key), self.mesh_of(key))
+        return self._programs[key]
+
+    def weights_on(self, key: ProgramKey) -> dict[str, jax.Array]:
+        """The weights placed on ``key``'s mesh (copied there on first use: only a chosen plan runs)."""
+        if key.mesh is None:
+            return self.weights
+        if key.mesh not in self._copies:
+            replicated = sharding.replicated(self.mesh_of(key))
+            self._copies[key.mesh] = {k: jax.device_put(w, replicated) for k, w in self.weights.items()}
+        return self._copies[key.mesh]
+
+    def copied_to(self) -> list[tuple[int, int]]:
+        """The meshes (``(dp, tp)``) that hold a copy of the weights."""
+        return list(self._copies)
+
+    def forget_copy(self, mesh: tuple[int, int]) -> None:
+        """Drops the weights' copy on ``mesh`` (no plan runs there any more)."""
+        self._copies.pop(mesh, None)
+
+    def _weight_specs(self, key: ProgramKey) -> dict[str, Any]:
+        # What tracing needs of the weights: the arrays on the own mesh, shapes and shardings elsewhere.
+        if key.mesh is None:
+            return self.weights
+        replicated = sharding.replicated(self.mesh_of(key))
+        return {k: jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=replicated) for k, w in self.weights.items()}
+
+    def lower(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Lowered:
+        """Traces and lowers ``kind`` (``"decode"``, ``"frames"``, ``"encode"``) for an input shape."""
+        program = self.program(key)
+        on = self.mesh_of(key)
+        spec = jax.ShapeDtypeStruct(shape, self.options.jax_dtype, sharding=sharding.input_sharding(shape, on))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_INT64_WARNING)
+            traced = program.jits[kind].trace(self._weight_specs(key), spec)
+            if key.accelerator is not None or program.plan.target.platform == mesh_platform(self.mesh):
+                return traced.lower()
+            return traced.lower(lowering_platforms=(program.plan.target.platform,))
+
+    def compile(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Compiled:
+        """``kind`` compiled for an input shape, on first use (then kept until `drop` or `clear`)."""
+        program = self.program(key)
+        if (kind, shape) not in program.executables:
+            lowered = self.lower(kind, shape, key)
+            # A compile-only device's executable cannot be read back from JAX's persistent cache.
+            cache = _no_compile_cache() if key.accelerator is not None else contextlib.nullcontext()
+            with cache:
+                program.executables[kind, shape] = lowered.compile(compiler_options=compiler_options(program.plan))
+        return program.executables[kind, shape]
+
+    def compiled(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Compiled | None:
+        """The executable `compile` keeps for ``kind`` and ``shape``, or None (compiles nothing)."""
+        return self.program(key).executables.get((kind, shape))
+
+    def keep(self, kind: str, shape: tuple[int, ...], key: ProgramKey, executable: jax.stages.Compiled) -> None:
+        """Puts back an executable `drop` removed."""
+        self.program(key).executables[kind, shape] = executable
+
+    def drop(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> None:
+        """Forgets the executable of ``kind`` for ``shape`` (it will not run)."""
+        self.program(key).executables.pop((kind, shape), None)
+
+    def reset(self) -> None:
+        """Starts every program afresh but the own one's patched module (tiling switches changed)."""
+        own = self.own
+        self._programs = {ProgramKey(): Program(own.module, own.plan, self.mesh)}
+
+    def clear(self) -> None:
+        """Drops every executable and every copy of the weights on another mesh."""
+        for program in self._programs.values():
+            program.executables.clear()
+        self._copies.clear()
+

@@ -1,0 +1,211 @@
+"""What `TorchaxVAE` offers of upstream `AutoencoderKLCogVideoX`'s inference surface, beyond decode and encode.
+
+`UpstreamSurface` holds the parts of that surface that are upstream's
+calling conventions (``forward``, tiling and slicing switches, ``to``,
+``eval``/``train``) and refuses the rest with `UnsupportedAttributeError`
+instead of running eager torch. The class using it provides ``module``
+(the patched upstream module), ``programs`` (its `ProgramCache`),
+``reset_programs``, ``decode`` and ``encode``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from diffusers.models.autoencoders.vae import DecoderOutput
+
+# What `TorchaxVAE` offers of upstream's surface; other upstream attributes
+# raise `UnsupportedAttributeError` naming this list.
+INFERENCE_SURFACE = (
+    "decode",
+    "encode",
+    "forward",
+    "enable_tiling",
+    "disable_tiling",
+    "enable_slicing",
+    "disable_slicing",
+    "use_tiling",
+    "use_slicing",
+    "config",
+    "dtype",
+    "device",
+    "to",
+    "eval",
+    "train",
+    "training",
+    "requires_grad_",
+)
+
+
+class UnsupportedAttributeError(AttributeError, NotImplementedError):
+    """An `AutoencoderKLCogVideoX` attribute that `TorchaxVAE` does not offer.
+
+    Both an AttributeError (so ``hasattr`` and ``getattr(obj, name, default)``
+    answer "absent", as diffusers' pipelines probe components) and a
+    NotImplementedError (it exists upstream, just not here).
+    """
+
+
+class UpstreamSurface:
+    """Upstream's inference calling conventions, as a mixin of `TorchaxVAE`."""
+
+    # Where results of inputs that are not torch tensors go; `to` moves it.
+    _result_device = torch.device("cpu")
+
+    @property
+    def config(self) -> Any:
+        """The upstream diffusers config (a read-only mapping with attributes)."""
+        return self.module.config
+
+    @property
+    def device(self) -> torch.device:
+        """The torch device results land on when the input is not a torch tensor (CPU unless `to` moved it).
+
+        Torch inputs get their results on their own device, whatever this says;
+        the computation itself runs on the mesh's devices.
+        """
+        return self._result_device
+
+    @property
+    def use_tiling(self) -> bool:
+        return bool(self.module.use_tiling)
+
+    @property
+    def use_slicing(self) -> bool:
+        return bool(self.module.use_slicing)
+
+    def forward(
+        self,
+        sample: torch.Tensor,
+        sample_posterior: bool = False,
+        return_dict: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> DecoderOutput | tuple[torch.Tensor]:
+        """Upstream's ``forward``: encode, take the posterior's mode (or a sample), decode.
+
+        Args:
+            sample: video ``(B, 3, F, H, W)`` in [-1, 1].
+            sample_posterior: decode ``latent_dist.sample(generator)`` instead
+                of ``latent_dist.mode()``.
+            return_dict: a `DecoderOutput` or a 1-tuple.
+            generator: for the posterior sample.
+        """
+        posterior = self.encode(sample).latent_dist
+        z = posterior.sample(generator=generator) if sample_posterior else posterior.mode()
+        return self.decode(z, return_dict=return_dict)
+
+    __call__ = forward
+
+    def enable_tiling(
+        self,
+        tile_sample_min_height: int | None = None,
+        tile_sample_min_width: int | None = None,
+        tile_overlap_factor_height: float | None = None,
+        tile_overlap_factor_width: float | None = None,
+    ) -> None:
+        """Upstream's ``enable_tiling`` (same arguments and defaults: 240x360 tiles, overlap 1/6 x 1/5).
+
+        Videos and latents larger than one tile then encode and decode tile by
+        tile with upstream's grid and blending; for the decode, equal-shape
+        tiles are decoded together (see `cogvideox_torchax.patches.tiling`). Compiled
+        programs are dropped.
+        """
+        self.module.enable_tiling(
+            tile_sample_min_height=tile_sample_min_height,
+            tile_sample_min_width=tile_sample_min_width,
+            tile_overlap_factor_height=tile_overlap_factor_height,
+            tile_overlap_factor_width=tile_overlap_factor_width,
+        )
+        self.reset_programs()
+
+    def disable_tiling(self) -> None:
+        """Upstream's ``disable_tiling``; compiled programs are dropped."""
+        self.module.disable_tiling()
+        self.reset_programs()
+
+    def enable_slicing(self) -> None:
+        """Upstream's ``enable_slicing``: a batch is encoded and decoded one element at a time.
+
+        Results are unchanged; device memory is that of batch 1, and one
+        program (for batch 1) serves every batch size.
+        """
+        self.module.enable_slicing()
+
+    def disable_slicing(self) -> None:
+        """Upstream's ``disable_slicing``: whole batches again."""
+        self.module.disable_slicing()
+
+    def to(self, *args: Any, **kwargs: Any) -> UpstreamSurface:
+        """Accepts upstream's ``.to(device)`` / ``.to(dtype)`` / ``.to(device, dtype)`` calls; returns self.
+
+        The computation stays on the mesh. A device becomes `device` (where
+        results of non-torch inputs go); a dtype must be `dtype`.
+
+        Raises:
+            NotImplementedError: a dtype other than `dtype` (build another VAE
+                with ``wrap(..., dtype=...)`` instead).
+        """
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None and dtype != self.dtype:
+            other = "float32" if self.dtype == torch.bfloat16 else "bfloat16"
+            raise NotImplementedError(
+                f"TorchaxVAE runs in {self.dtype} and cannot be cast to {dtype}; it runs in float32 or "
+                f"bfloat16 only: wrap the upstream module again with dtype={other!r} for the other one"
+            )
+        if device is not None:
+            self._result_device = torch.device(device)
+        return self
+
+    # Training scripts put a VAE they only encode with in inference mode;
+    # these say yes to that and refuse anything else.
+
+    @property
+    def training(self) -> bool:
+        """Always False: this VAE only runs inference."""
+        return False
+
+    def eval(self) -> UpstreamSurface:
+        """Upstream's ``eval()``: a no-op here (always in inference mode); returns self."""
+        return self
+
+    def train(self, mode: bool = True) -> UpstreamSurface:
+        """``train(False)`` is a no-op returning self, as ``eval()``.
+
+        Raises:
+            UnsupportedAttributeError: ``train(True)``: this VAE cannot be trained.
+        """
+        if mode:
+            raise UnsupportedAttributeError(
+                "TorchaxVAE runs inference only and cannot be put in training mode; train the upstream module",
+                name="train",
+                obj=self,
+            )
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> UpstreamSurface:
+        """``requires_grad_(False)`` is a no-op returning self (nothing here takes gradients).
+
+        Raises:
+            UnsupportedAttributeError: ``requires_grad_(True)``.
+        """
+        if requires_grad:
+            raise UnsupportedAttributeError(
+                "TorchaxVAE takes no gradients; requires_grad_(True) needs the upstream module",
+                name="requires_grad_",
+                obj=self,
+            )
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when ordinary lookup fails: tell upstream's other
+        # attributes apart from plain typos.
+        programs = self.__dict__.get("programs")
+        if not name.startswith("__") and programs is not None and hasattr(programs.own.module, name):
+            raise UnsupportedAttributeError(
+                f"TorchaxVAE does not offer AutoencoderKLCogVideoX.{name}: it runs only the inference "
+                f"surface ({', '.join(INFERENCE_SURFACE)}) under JAX; use the upstream module for anything else",
+                name=name,
+                obj=self,
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)

@@ -1,0 +1,264 @@
+"""`TorchaxVAE`: the patched upstream VAE, encoding and decoding as jits over a mesh.
+
+A facade: the programs and weight copies are a `ProgramCache`'s, the memory
+plans a `Planner`'s, upstream's calling conventions `UpstreamSurface`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+from diffusers import AutoencoderKLCogVideoX
+from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDistribution
+from diffusers.models.modeling_outputs import AutoencoderKLOutput
+from jax.sharding import Mesh
+
+from cogvideox_torchax.config import RuntimeOptions
+from cogvideox_torchax.parallel import sharding
+from cogvideox_torchax.runtime import budget
+from cogvideox_torchax.runtime.ahead_of_time import AheadOfTime
+from cogvideox_torchax.runtime.plan import RunPlan, compiler_options
+from cogvideox_torchax.runtime.planner import Planner, key_of
+from cogvideox_torchax.runtime.programs import ProgramCache, ProgramKey, to_host_torch, to_numpy
+from cogvideox_torchax.runtime.retry import retry_out_of_memory
+from cogvideox_torchax.runtime.upstream_surface import INFERENCE_SURFACE, UnsupportedAttributeError, UpstreamSurface
+
+__all__ = ["INFERENCE_SURFACE", "TorchaxVAE", "UnsupportedAttributeError", "to_host_torch"]
+
+
+def _check_5d(shape: tuple[int, ...], what: str, layout: str, channels: int) -> None:
+    if len(shape) != 5:
+        raise ValueError(f"{what} must be {layout}, got shape {tuple(shape)}")
+    if shape[1] != channels:
+        raise ValueError(f"{what} must have {channels} channels (dim 1), got shape {tuple(shape)}")
+    if min(shape) < 1:
+        raise ValueError(f"{what} shape {tuple(shape)} has an empty dimension")
+
+
+class TorchaxVAE(AheadOfTime, UpstreamSurface):
+    """Upstream `AutoencoderKLCogVideoX`, patched, run by torchax under `jax.jit`.
+
+    Build it with `cogvideox_torchax.from_pretrained` or `cogvideox_torchax.wrap`.
+    Weights live on the mesh's devices as JAX arrays and are passed to the jitted
+    encode and decode as arguments, so one compiled program serves any weights of
+    the same config, and one program is compiled per input shape.
+
+    It stands in for the upstream module wherever inference code uses one
+    (e.g. ``pipe.vae`` of diffusers' CogVideoX pipelines): `decode`, `encode`,
+    `forward` (also by calling it), `enable_tiling` / `disable_tiling`,
+    `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device` and
+    `to`. Any other upstream attribute (training, saving, hooks, submodules)
+    raises `UnsupportedAttributeError` instead of running eager torch.
+
+    Lowering, compiling and memory plans are `AheadOfTime`'s methods.
+
+    Attributes:
+        programs: the `ProgramCache` (programs by target, tiling and mesh).
+        planner: the `Planner` (each shape's `MemoryPlan`).
+    """
+
+    def __init__(
+        self,
+        module: AutoencoderKLCogVideoX,
+        state_dict: Mapping[str, torch.Tensor],
+        options: RuntimeOptions,
+        mesh: Mesh,
+        max_memory: str | int | None = "auto",
+    ):
+        """Takes ownership of ``module`` (patched in place) and ``state_dict``.
+
+        ``module`` may live on the meta device: only its structure is used.
+        Prefer `from_pretrained` or `wrap`, which check the state dict first.
+        ``max_memory`` is as `memory_plan` takes it.
+        """
+        max_memory = budget.parse_memory(max_memory)  # refused before anything is built
+        self.programs = ProgramCache(module, state_dict, options, mesh)
+        self.planner = Planner(self.programs, max_memory)
+
+    # -- what runs ----------------------------------------------------------
+
+    @property
+    def plan(self) -> RunPlan:
+        """What runs on the mesh's platform: patches, convolution layout and policy (`cogvideox_torchax.runtime.plan`)."""
+        return self.programs.own.plan
+
+    def plan_for(self, platform: str) -> RunPlan:
+        """What would run if this VAE's program were built for ``platform`` (``"cpu"``, ``"cuda"``, ``"tpu"``)."""
+        return self.programs.program(ProgramKey(platform)).plan
+
+    @property
+    def platform(self) -> str:
+        """The platform the mesh's devices are (``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"tpu"``)."""
+        return self.plan.target.platform
+
+    @property
+    def compiler_options(self) -> dict[str, str] | None:
+        """XLA options `compile_decode` and `compile_encode` pass; use them to compile a `lower_*` result yourself."""
+        return compiler_options(self.plan)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the weights, of decoded samples and of encoder moments."""
+        return self.options.torch_dtype
+
+    @property
+    def options(self) -> RuntimeOptions:
+        return self.programs.options
+
+    @property
+    def mesh(self) -> Mesh:
+        return self.programs.mesh
+
+    @property
+    def module(self) -> AutoencoderKLCogVideoX:
+        """The patched upstream module of the mesh's platform (structure only; weights are `weights`)."""
+        return self.programs.own.module
+
+    @property
+    def weights(self) -> dict[str, jax.Array]:
+        """The state dict as JAX arrays on the mesh, in `dtype`."""
+        return self.programs.weights
+
+    # -- running ------------------------------------------------------------
+
+    def check_latents(self, shape: tuple[int, ...]) -> None:
+        """Raises ValueError unless ``shape`` is a decodable (B, C, T, H, W)."""
+        _check_5d(shape, "latents", "(B, C, T, H, W)", self.config.latent_channels)
+
+    def check_video(self, shape: tuple[int, ...]) -> None:
+        """Raises ValueError unless ``shape`` is an encodable (B, C, F, H, W) video.
+
+        Any frame count and size are accepted, as upstream accepts them; the
+        counts ``8 k + 1`` (1, 9, ..., 49) and sizes divisible by 8 decode
+        back to the same frame count and size.
+        """
+        _check_5d(shape, "video", "(B, C, F, H, W)", self.config.in_channels)
+
+    def prepare(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.stages.Compiled, tuple]:
+        """The planned executable of ``kind`` for ``x`` and its arguments (the weights and ``x`` on the plan's mesh).
+
+        ``kind``: ``"decode"``, ``"frames"`` (`decode_frames_jax`) or ``"encode"``.
+        """
+        executable = self._compile(kind, tuple(x.shape))
+        key = key_of(self.planner.plan(kind, tuple(x.shape)))
+        mesh = self.programs.mesh_of(key)
+        arr = to_numpy(x, np.dtype(self.options.jax_dtype))
+        return executable, (self.programs.weights_on(key), sharding.place(arr, sharding.input_sharding(arr.shape, mesh)))
+
+    def _execute(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
+        def run() -> Any:
+            executable, args = self.prepare(kind, x)
+            return executable(*args)
+
+        return retry_out_of_memory(self.planner, kind, tuple(x.shape), run)
+
+    def _run(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
+        # With slicing on (upstream's enable_slicing), one batch element at a
+        # time: one executable for batch 1, results joined on device. Each
+        # part is placed anew, as a compiled program takes only the argument
+        # sharding it was compiled for.
+        if not self.use_slicing or x.shape[0] == 1:
+            return self._execute(kind, x)
+        parts = [self._execute(kind, x[i : i + 1]) for i in range(x.shape[0])]
+        if kind == "frames":
+            return tuple(jax.numpy.concatenate(p, axis=0) for p in zip(*parts, strict=True))
+        return jax.numpy.concatenate(parts, axis=0)
+
+    def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+        """Decodes latents ``(B, C, T, H, W)`` (divided by the scaling factor, as upstream takes them) on device.
+
+        Returns the video ``(B, 3, F, 8H, 8W)`` in `dtype` as a JAX array,
+        unclamped as upstream; ``F`` is 1 for ``T = 1``, ``4 T`` for even
+        ``T`` and ``4 T - 3`` for odd ``T > 1`` (13 latent frames give 49).
+        """
+        self.check_latents(tuple(z.shape))
+        return self._run("decode", z)
+
+    def decode_frames_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Decodes straight to uint8 frames ``(B, F, 8H, 8W, 3)`` on device, and per video whether it was finite.
+
+        The [-1, 1] -> uint8 mapping of diffusers' video processor runs in the
+        jitted program, so what leaves the device is a quarter (fp32) or half
+        (bf16) of the decoder's output. A video whose decoder output held NaN
+        or Inf (``finite`` False) has garbage frames.
+        """
+        self.check_latents(tuple(z.shape))
+        return self._run("frames", z)
+
+    def decode(
+        self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
+    ) -> DecoderOutput | tuple[torch.Tensor]:
+        """Drop-in for upstream ``vae.decode(z)``: the video as a torch tensor in `dtype`.
+
+        Equal to upstream's ``vae.decode(z).sample``, on ``z``'s device for a
+        torch ``z`` (else on `device`, the CPU by default); ``return_dict``
+        as upstream (a `DecoderOutput` or a 1-tuple).
+        """
+        sample = to_host_torch(self.decode_jax(z)).to(z.device if isinstance(z, torch.Tensor) else self.device)
+        return DecoderOutput(sample=sample) if return_dict else (sample,)
+
+    def encode_jax(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+        """Encodes a video ``(B, 3, F, H, W)`` in [-1, 1] on device; returns the moments as a JAX array.
+
+        ``(B, 2 C, T, H', W')`` in `dtype`: the posterior's mean then its
+        (unclamped) log-variance along dim 1, as upstream's ``_encode``
+        returns them. With slicing enabled, one batch element at a time.
+        """
+        self.check_video(tuple(x.shape))
+        return self._run("encode", x)
+
+    def encode(
+        self, x: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
+    ) -> AutoencoderKLOutput | tuple[DiagonalGaussianDistribution]:
+        """Drop-in for upstream ``vae.encode(x)`` of a video ``(B, 3, F, H, W)`` in [-1, 1].
+
+        Returns upstream's own `DiagonalGaussianDistribution` (as
+        ``.latent_dist``) over the moments, built on the host in torch on
+        ``x``'s device (else on `device`): ``.mode()``, ``.mean``, ``.logvar``,
+        ``.std`` and ``.sample(generator=...)`` behave exactly as upstream's.
+        """
+        posterior = self.latent_dist(self.encode_jax(x), device=x.device if isinstance(x, torch.Tensor) else None)
+        return AutoencoderKLOutput(latent_dist=posterior) if return_dict else (posterior,)
+
+    def latent_dist(self, moments: jax.Array, device: torch.device | str | None = None) -> DiagonalGaussianDistribution:
+        """Upstream's `DiagonalGaussianDistribution` over `encode_jax`'s moments, on ``device`` (default `device`).
+
+        Under jax.distributed every process must call it (the moments are
+        gathered from every process).
+        """
+        return DiagonalGaussianDistribution(to_host_torch(moments).to(self.device if device is None else device))
+
+    # -- compiled programs --------------------------------------------------
+
+    def reset_programs(self) -> None:
+        """Starts the programs afresh (the module's tiling switches are read while tracing) and forgets every plan."""
+        self.programs.reset()
+        self.planner.forget()
+
+    def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:
+        """The input shapes that have a compiled ``kind`` (``"decode"`` or ``"encode"``) program, oldest first."""
+        return [key[1] for key in self.planner.plans() if len(key) == 2 and key[0] == kind]
+
+    def clear_compiled(self, *, jax_caches: bool = False) -> None:
+        """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
+
+        Each shape keeps its executable in host memory until this is called;
+        copies of the weights on other meshes go too. ``jax_caches`` also
+        calls `jax.clear_caches()` (every jitted function in the process
+        recompiles on its next call).
+        """
+        self.programs.clear()
+        self.planner.forget()
+        if jax_caches:
+            jax.clear_caches()
+
+    def __repr__(self) -> str:
+        mesh = ",".join(f"{k}={v}" for k, v in self.mesh.shape.items())
+        return (
+            f"TorchaxVAE(dtype={self.options.dtype}, mesh={mesh}, latent_channels={self.config.latent_channels}, "
+            f"plan={self.plan})"
+        )
