@@ -92,6 +92,14 @@ def test_other_upstream_attributes_raise(tiny_vae, name):
         getattr(tiny_vae, name)
 
 
+@pytest.mark.parametrize("name", ["latent_channels", "scaling_factor", "block_out_channels", "temporal_compression_ratio"])
+def test_deprecated_direct_config_access_works_with_upstreams_warning(tiny_upstream, tiny_vae, name):
+    with pytest.warns(FutureWarning, match=rf"Accessing config attribute `{name}` directly via 'AutoencoderKLCogVideoX'"):
+        expected = getattr(tiny_upstream, name)
+    with pytest.warns(FutureWarning, match=rf"Accessing config attribute `{name}` directly via 'TorchaxVAE'.*config"):
+        assert getattr(tiny_vae, name) == expected == tiny_vae.config[name]
+
+
 def test_unknown_attribute_is_a_plain_attribute_error(tiny_vae):
     with pytest.raises(AttributeError, match="no attribute 'no_such_thing'") as info:
         tiny_vae.no_such_thing  # noqa: B018

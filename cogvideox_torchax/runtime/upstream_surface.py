@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from diffusers.models.autoencoders.vae import DecoderOutput
+from diffusers.utils import deprecate
 
 # What `TorchaxVAE` offers of upstream's surface; other upstream attributes
 # raise `UnsupportedAttributeError` naming this list.
@@ -201,7 +202,22 @@ class UpstreamSurface:
         # Only reached when ordinary lookup fails: tell upstream's other
         # attributes apart from plain typos.
         programs = self.__dict__.get("programs")
-        if not name.startswith("__") and programs is not None and hasattr(programs.own.module, name):
+        if programs is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+        module = programs.own.module
+        if name in module.config and name not in vars(module):
+            # Upstream's deprecated direct config access, with its warning.
+            deprecate(
+                "direct config name access",
+                "1.0.0",
+                f"Accessing config attribute `{name}` directly via '{type(self).__name__}' object attribute is "
+                f"deprecated. Please access '{name}' over '{type(self).__name__}'s config object instead, e.g. "
+                f"'vae.config.{name}'.",
+                standard_warn=False,
+                stacklevel=3,
+            )
+            return module.config[name]
+        if hasattr(module, name):
             raise UnsupportedAttributeError(
                 f"TorchaxVAE does not offer AutoencoderKLCogVideoX.{name}: it runs only the inference "
                 f"surface ({', '.join(INFERENCE_SURFACE)}) under JAX; use the upstream module for anything else",
