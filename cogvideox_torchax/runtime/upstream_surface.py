@@ -10,6 +10,7 @@ instead of running eager torch. The class using it provides ``module``
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ INFERENCE_SURFACE = (
     "train",
     "training",
     "requires_grad_",
+    "save_pretrained",
 )
 
 
@@ -157,6 +159,34 @@ class UpstreamSurface:
         if device is not None:
             self._result_device = torch.device(device)
         return self
+
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike,
+        is_main_process: bool = True,
+        safe_serialization: bool = True,
+        variant: str | None = None,
+        torch_dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Upstream's ``save_pretrained``: ``config.json`` and the weights in upstream's format (`saving`).
+
+        ``AutoencoderKLCogVideoX.from_pretrained`` and our ``from_pretrained``
+        load the folder back. The weights are written in `dtype` unless
+        ``torch_dtype`` says otherwise; ``variant`` names the file as
+        upstream does.
+
+        Raises:
+            ValueError: ``safe_serialization=False`` (no pickles) or a file as ``save_directory``.
+            NotImplementedError: upstream's hub, sharding and custom-save options.
+        """
+        from cogvideox_torchax.runtime import saving
+
+        unsupported = {k: v for k, v in kwargs.items() if k in ("push_to_hub", "save_function") and v}
+        if unsupported:
+            raise NotImplementedError(f"TorchaxVAE.save_pretrained does not take {', '.join(unsupported)}")
+        saving.save_pretrained(self.config, self.weights, save_directory, is_main_process=is_main_process,
+                               safe_serialization=safe_serialization, variant=variant, torch_dtype=torch_dtype)
 
     # Training scripts put a VAE they only encode with in inference mode;
     # these say yes to that and refuse anything else.

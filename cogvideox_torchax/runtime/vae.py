@@ -50,8 +50,8 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface):
     It stands in for the upstream module wherever inference code uses one
     (e.g. ``pipe.vae`` of diffusers' CogVideoX pipelines): `decode`, `encode`,
     `forward` (also by calling it), `enable_tiling` / `disable_tiling`,
-    `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device` and
-    `to`. Any other upstream attribute (training, saving, hooks, submodules)
+    `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device`, `to`
+    and `save_pretrained`. Any other upstream attribute (training, hooks, submodules)
     raises `UnsupportedAttributeError` instead of running eager torch.
 
     Lowering, compiling and memory plans are `AheadOfTime`'s methods.
