@@ -32,9 +32,12 @@ from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.cli.options import add_distributed_arguments, add_model_arguments, add_run_arguments
 from cogvideox_torchax.cli.stages import Stage
 
+# mp4 stores the frame rate as a fraction of denominator <= 1001 (`video.encode_mp4`): these all are.
+FPS_RANGE = (0.01, 1000.0)
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = options.Parser(
         prog="python -m cogvideox_torchax.decode",
         description=__doc__.split("\n\n")[1].replace("\n", " "),
         epilog=errors.EXIT_CODES,
@@ -82,14 +85,14 @@ def _parser() -> argparse.ArgumentParser:
         "--batch-size",
         type=int,
         default=None,
-        help="with --output-dir: videos of one latent shape decoded together (default: the mesh's dp)",
+        help="with --output-dir: videos of one latent shape decoded together, at least 1 (default: the mesh's dp)",
     )
     p.add_argument(
         "--skip-existing",
         action="store_true",
         help="with --output-dir: leave outputs that exist alone and decode the rest (resumes a run)",
     )
-    p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate (default 8, as CogVideoX-2b)")
+    p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate, 0.01 to 1000 (default 8, as CogVideoX-2b)")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
     p.add_argument(
         "--overwrite",
@@ -127,10 +130,8 @@ class DecodeConfig:
             UsageError: options that cannot go together or values out of range (exit 2).
         """
         run = options.RunOptions.from_args(args)
-        if not args.fps > 0:
-            raise UsageError(f"--fps must be positive, got {args.fps}")
-        if not 0 <= args.crf <= 51:
-            raise UsageError(f"--crf must be between 0 and 51, got {args.crf}")
+        options.check_range("--fps", args.fps, *FPS_RANGE)
+        options.check_range("--crf", args.crf, 0, 51)
         if args.output is None and args.output_dir is None and not args.dry_run:
             raise UsageError("one of --output/-o or --output-dir is needed (only --dry-run goes without)")
         if args.output_dir is None:
@@ -145,10 +146,13 @@ class DecodeConfig:
                     hint = " (--output's extension says what to write)" if flag == "--format" else ""
                     raise UsageError(f"{flag} goes with --output-dir{hint}")
         else:
-            if args.batch_size is not None and args.batch_size < 1:
-                raise UsageError(f"--batch-size must be at least 1, got {args.batch_size}")
+            if args.batch_size is not None:
+                options.check_range("--batch-size", args.batch_size, 1)
             if args.skip_existing and args.overwrite:
                 raise UsageError("--skip-existing and --overwrite contradict each other; pick one")
+        if args.output is not None:
+            is_dir = not Path(args.output.rstrip("/")).suffix  # no suffix: a folder of PNG frames
+            options.check_output_path("--output", args.output, args.latents, is_dir)
         return cls(
             run, tuple(args.latents), args.key, args.layout, args.unscale, args.output, args.output_dir,
             (args.format or "mp4") if args.output_dir is not None else None, args.batch_size, args.skip_existing,

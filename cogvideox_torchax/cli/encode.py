@@ -31,7 +31,7 @@ LATENTS_KEY = "latents"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = options.Parser(
         prog="python -m cogvideox_torchax.encode",
         description=__doc__.split("\n\n")[1].replace("\n", " "),
         epilog=errors.EXIT_CODES,
@@ -45,21 +45,21 @@ def _parser() -> argparse.ArgumentParser:
         "--size",
         default=None,
         metavar="HxW",
-        help="scale to cover and centre-crop to this height x width, each a multiple of 8 "
+        help="scale to cover and centre-crop to this height x width, each a positive multiple of 8 "
         "(default: centre-crop to the multiples of 8 below the video's size)",
     )
     p.add_argument(
         "--frames",
         type=int,
         default=None,
-        help="encode the first N frames (default: the largest 8k+1 available, which decode back to 8k+1)",
+        help="encode the first N frames, at least 1 (default: the largest 8k+1 available, which decode back to 8k+1)",
     )
     p.add_argument(
         "--sample",
         action="store_true",
         help="draw the latents from the posterior (as the image-to-video pipeline does) instead of its mode",
     )
-    p.add_argument("--sample-seed", type=int, default=0, help="seed of the torch generator for --sample")
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of the torch generator for --sample, 0 to 2^64-1")
     add_model_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file (never a folder)")
     add_run_arguments(p)
@@ -94,9 +94,15 @@ class EncodeConfig:
             raise UsageError("--output/-o is needed (only --dry-run goes without)")
         if args.output is not None and Path(args.output).suffix.lower() != ".safetensors":
             raise UsageError(f"output must be a .safetensors file, got {args.output!r}")
-        if args.frames is not None and args.frames < 1:
-            raise UsageError(f"--frames must be at least 1, got {args.frames}")
-        size = None if args.size is None else frames.parse_size(args.size)
+        if args.frames is not None:
+            options.check_range("--frames", args.frames, 1)
+        options.check_range("--sample-seed", args.sample_seed, *options.SEED_RANGE)
+        if args.output is not None:
+            options.check_output_path("--output", args.output, [args.video], is_dir=False)
+        try:
+            size = None if args.size is None else frames.parse_size(args.size)
+        except frames.FramesError as e:
+            raise UsageError(f"--size: {e}") from e
         return cls(run, args.video, args.output, size, args.frames, args.sample, args.sample_seed, args.overwrite)
 
     def with_run(self, run: options.RunOptions) -> EncodeConfig:

@@ -16,6 +16,51 @@ from cogvideox_torchax.cli import errors
 
 RANDOM_PREFIX = "random:"
 
+# torch's generators take seeds 0 .. 2^64 - 1 (--seed, --sample-seed).
+SEED_RANGE = (0, 2**64 - 1)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors as one ``error:`` line (exit 2); the usage block is ``--help``'s."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(errors.EXIT_BAD_INPUT, f"error: {' '.join(message.split())} (see --help)\n")
+
+
+def check_range(flag: str, value: float, low: float, high: float | None = None) -> None:
+    """Refuses a numeric option outside ``[low, high]`` (or below ``low``), NaN and infinities included.
+
+    Raises:
+        errors.UsageError: naming the option, its value and the range.
+    """
+    ok = value == value and value not in (float("inf"), float("-inf")) and value >= low
+    ok = ok and (high is None or value <= high)
+    if not ok:
+        span = f"from {_number(low)} to {_number(high)}" if high is not None else f"at least {_number(low)}"
+        raise errors.UsageError(f"{flag} must be a number {span}, got {value!r}")
+
+
+def _number(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def check_output_path(flag: str, output: str, inputs: list[str], is_dir: bool) -> None:
+    """Refuses an output that names a folder where a file is written, or that is one of the inputs.
+
+    Raises:
+        errors.UsageError: a trailing slash on a file output, or an output that would replace an input.
+    """
+    import os
+
+    if not is_dir and output.endswith(("/", os.sep)):
+        raise errors.UsageError(f"{flag} {output!r} ends with a slash, which names a folder; this output is a file")
+    target = os.path.realpath(output)
+    for source in inputs:
+        if os.path.realpath(source) == target or (
+            os.path.exists(source) and os.path.exists(output) and os.path.samefile(source, output)
+        ):
+            raise errors.UsageError(f"{flag} {output!r} is the input {source!r}: an output never replaces an input")
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelOptions:
@@ -89,8 +134,8 @@ class RunOptions:
                 targets.target_mesh(args.target, args.mesh)
             except (ValueError, targets.TargetUnavailableError) as e:
                 raise errors.UsageError(f"--target: {e}") from e
-        if not args.distributed_timeout > 0:
-            raise errors.UsageError(f"--distributed-timeout must be positive, got {args.distributed_timeout}")
+        check_range("--distributed-timeout", args.distributed_timeout, 1e-3)
+        check_range("--seed", args.seed, *SEED_RANGE)
         model = ModelOptions(args.model, args.subfolder, dtype, args.mesh, args.seed, str(args.max_memory), args.target)
         joins = DistributedOptions(
             args.distributed, args.coordinator, args.num_processes, args.process_id, args.distributed_timeout
@@ -123,7 +168,7 @@ def add_distributed_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=300.0,
         metavar="S",
-        help="seconds to wait for every process to join (default 300), then exit 1 with one line",
+        help="seconds (> 0) to wait for every process to join (default 300), then exit 1 with one line",
     )
 
 
@@ -139,7 +184,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subfolder", default=None, help="VAE folder inside --model (default 'vae' for hub ids)")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (fp32/bf16)")
     p.add_argument("--mesh", default=None, help="device mesh, e.g. dp=1,tp=8 (default: all devices on tp)")
-    p.add_argument("--seed", type=int, default=0, help=f"seed for {RANDOM_PREFIX} models")
+    p.add_argument("--seed", type=int, default=0, help=f"seed for {RANDOM_PREFIX} models, 0 to 2^64-1 (default 0)")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
