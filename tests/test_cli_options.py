@@ -108,3 +108,16 @@ def test_encode_output_is_a_file_never_the_input(tmp_path, capsys):
               "never replaces an input")
     _one_line(capsys, encode.main, [str(video), "--model", "random:tiny", "-o", str(tmp_path / "z.safetensors") + "/"],
               "slash")
+
+
+def test_a_dry_run_refuses_the_outputs_the_run_would_refuse(tmp_path, capsys, z):
+    existing = tmp_path / "o.npy"
+    existing.write_bytes(b"mine")
+    _one_line(capsys, decode.main, [z, "--model", "random:tiny", "-o", str(existing), "--dry-run"], "exists")
+    video = tmp_path / "frames"
+    video.mkdir()
+    taken = tmp_path / "z2.safetensors"
+    taken.write_bytes(b"mine too")
+    _one_line(capsys, encode.main, [str(video), "--model", "random:tiny", "-o", str(taken), "--dry-run"], "exists")
+    assert existing.read_bytes() == b"mine" and taken.read_bytes() == b"mine too"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["frames", "o.npy", "z.safetensors", "z2.safetensors"]

@@ -183,9 +183,13 @@ def _run_one(config: DecodeConfig) -> dict[str, Any]:
             z = latents.read_latents(config.latents[0], config.key)
             latents.check_shape(z.shape)
     z = distributed.share_array(z)
+    paths = [] if config.output is None else outputs.output_paths(Path(config.output), z.shape[0])
     if config.run.dry_run:
-        return _dry_run(config, z)
-    paths = outputs.output_paths(Path(config.output), z.shape[0])
+        # As the run would: outputs it would refuse are refused now (exit 2), nothing made.
+        with agreement.together("checking the outputs"):
+            if agreement.is_primary():
+                outputs.check_outputs(paths, overwrite=config.overwrite)
+        return {**_dry_run(config, z), "outputs": [str(p) for p in paths]}
     # Every output path is checked, and its temporary entry made (the
     # writability probe), before anything expensive; on process 0 only.
     staged = None

@@ -114,7 +114,12 @@ def run(config: EncodeConfig) -> dict[str, Any]:
     from cogvideox_torchax.io import outputs
 
     if config.run.dry_run:
-        return _dry_run(config)
+        # As the run would: an output it would refuse is refused now (exit 2), nothing made.
+        paths = [] if config.output is None else [Path(config.output)]
+        with agreement.together("checking the output"):
+            if agreement.is_primary():
+                outputs.check_outputs(paths, overwrite=config.overwrite)
+        return {**_dry_run(config), "output": config.output}
     # The output path is checked, and its temporary file made (the
     # writability probe), before anything expensive; on process 0 only.
     staged = None
