@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -36,6 +35,7 @@ def command(
     its exit code 2.
     """
     config = None
+    errors.reserve_stderr_fd()
     with interrupts.handled():
         try:
             try:
@@ -46,7 +46,7 @@ def command(
                 config = configure(args)
                 agreement.start_distributed(config.run.distributed)
             except (errors.UsageError, ValueError) as e:  # bad options (a FramesError for --size, ...)
-                print(f"error: {errors.one_line(e)}", file=sys.stderr)
+                errors.say(f"error: {errors.one_line(e)}")
                 return errors.EXIT_BAD_INPUT
             if not agreement.is_primary():  # no bars, no summary: process 0 reports
                 config = config.with_run(config.run.silenced())
@@ -54,7 +54,7 @@ def command(
             with kept:
                 return main(config, run, print_summary)
         except KeyboardInterrupt:
-            print(f"error: interrupted; {_interrupted_note(config)}", file=sys.stderr)
+            errors.say(f"error: interrupted; {_interrupted_note(config)}")
             return errors.EXIT_INTERRUPTED
 
 
@@ -72,7 +72,7 @@ def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Ca
         use_cpu_without_accelerators()
         summary = run(config)
     except KeyboardInterrupt:
-        print(f"error: interrupted; {_interrupted_note(config)}", file=sys.stderr)
+        errors.say(f"error: interrupted; {_interrupted_note(config)}")
         return errors.EXIT_INTERRUPTED
     except Exception as e:  # one line for the user; the traceback with --debug
         if config.run.debug and not isinstance(e, errors.PeerFailed):
@@ -81,10 +81,10 @@ def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Ca
             traceback.print_exception(e)  # and leave with the code the others agreed on
         own = e.own if isinstance(e, errors.PeerFailed) else e
         if own is not None:
-            print(f"error: {errors.one_line(own)}", file=sys.stderr)
+            errors.say(f"error: {errors.one_line(own)}")
         # A peer's failure is news on process 0 only; the peer said it itself.
         if isinstance(e, errors.PeerFailed) and agreement.is_primary():
-            print(f"error: {errors.one_line(e)}", file=sys.stderr)
+            errors.say(f"error: {errors.one_line(e)}")
         return errors.exit_code(e)
     if config.run.json:
         print(json.dumps(summary))

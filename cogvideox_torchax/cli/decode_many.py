@@ -11,7 +11,6 @@ files and the run goes on; the exit code is then `errors.EXIT_SOME_FAILED`.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -321,7 +320,7 @@ def print_summary(s: dict[str, Any]) -> None:
         for shape, plan in s["memory_plans"].items():
             print(f"  {shape}: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device; nothing run")
         for f in s["failed"]:
-            print(f"  cannot decode {f['input']}: {f['error']}", file=sys.stderr)
+            errors.say(f"  cannot decode {f['input']}: {f['error']}")
         return
     rate = f"{s['videos_per_s']:.3f} videos/s" if s["videos_per_s"] is not None else "-"
     print(
@@ -334,4 +333,4 @@ def print_summary(s: dict[str, Any]) -> None:
         f"(cache {s['compile_cache']}) | decode and write {s['decode_s']:.2f} s ({rate})"
     )
     for f in s["failed"]:
-        print(f"  failed {f['input']}: {f['error']}", file=sys.stderr)
+        errors.say(f"  failed {f['input']}: {f['error']}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY, EXIT_SOME_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -63,7 +64,7 @@ _warned: set[str] = set()
 def warn_once(text: str, quiet: bool = False) -> None:
     """One ``warning:`` line on stderr, once per process (nothing when quiet)."""
     if text not in _warned and not quiet:
-        print(f"warning: {text}", file=sys.stderr)
+        say(f"warning: {text}")
     _warned.add(text)
 
 
@@ -86,3 +87,52 @@ def exit_code(e: BaseException) -> int:
     if isinstance(e, (OutOfMemory, MemoryBudgetError)):
         return EXIT_OUT_OF_MEMORY
     return EXIT_BAD_INPUT if isinstance(e, (UsageError, ValueError)) else EXIT_ERROR
+
+
+class _Stderr:
+    """``sys.stderr`` as it is at each write, where a closed or failing stream swallows what it is given.
+
+    A report that cannot be shown must not change the run's outcome: the
+    exit code still says it (a bad input stays exit 2, a decoded and
+    written video stays exit 0).
+    """
+
+    def write(self, text: str) -> int:
+        stream = sys.stderr
+        if stream is None:
+            return len(text)
+        try:
+            return stream.write(text)
+        except (OSError, ValueError):  # /dev/full, a closed pipe or file
+            return len(text)
+
+    def flush(self) -> None:
+        stream = sys.stderr
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+
+
+STDERR = _Stderr()
+
+
+def say(text: str) -> None:
+    """One line on stderr (`STDERR`: nothing, and no error, when stderr is closed or failing)."""
+    STDERR.write(text + "\n")
+    STDERR.flush()
+
+
+def reserve_stderr_fd() -> None:
+    """Puts /dev/null on file descriptor 2 when the process started without one (``2>&-``).
+
+    Otherwise the next file opened (an output) would get descriptor 2, and
+    the C++ libraries' log lines would be written into it.
+    """
+    try:
+        os.fstat(2)
+    except OSError:
+        fd = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: 2
+        if fd != 2:
+            os.close(fd)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from cogvideox_torchax.cli import agreement, interrupts, options, out_of_memory
+from cogvideox_torchax.cli import agreement, errors, interrupts, options, out_of_memory
 
 
 class Stage:
@@ -16,7 +15,7 @@ class Stage:
     def __init__(self, name: str, total: int, unit: str, quiet: bool):
         from tqdm import tqdm
 
-        self._bar = tqdm(total=total, desc=f"{name:<8}", unit=unit, disable=quiet, file=sys.stderr, leave=True)
+        self._bar = tqdm(total=total, desc=f"{name:<8}", unit=unit, disable=quiet, file=errors.STDERR, leave=True)
         self._t0 = time.perf_counter()
         self.seconds = 0.0
 
@@ -25,7 +24,7 @@ class Stage:
 
     def write(self, text: str) -> None:
         """One line on stderr above the bar (shown even when quiet: it reports a failure)."""
-        self._bar.write(text, file=sys.stderr)
+        self._bar.write(text, file=errors.STDERR)
 
     def __enter__(self) -> Stage:
         return self

@@ -190,14 +190,21 @@ def _quiet_stderr():
     # to file descriptor 2.
     import sys
 
-    sys.stderr.flush()
-    saved = os.dup(2)
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no stderr at all (started with 2>&-): nothing to quiet
+        yield
+        return
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 2)
         yield
     finally:
-        sys.stderr.flush()
+        if sys.stderr is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
 

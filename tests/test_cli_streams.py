@@ -1,0 +1,42 @@
+"""A closed or failing stderr changes no outcome: the exit code and the outputs are what they would be (issue 26 rows 4, 18)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+DECODE = [sys.executable, "-m", "cogvideox_torchax.decode"]
+
+
+@pytest.fixture
+def z(tmp_path):
+    path = tmp_path / "z.safetensors"
+    save_file({"latents": torch.zeros(1, 4, 1, 2, 2)}, path)
+    return str(path)
+
+
+def _run(argv, stderr, cwd):
+    if stderr == "closed":  # the shell's 2>&-: the process starts without fd 2
+        cmd = " ".join(f"'{a}'" for a in argv) + " 2>&-"
+        return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=False, stdout=subprocess.PIPE, text=True)
+    with open(os.devnull if stderr == "null" else "/dev/full", "w") as err:
+        return subprocess.run(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=err, text=True)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_bad_input_is_exit_2_whatever_stderr_is(tmp_path, z, stderr):
+    done = _run([*DECODE, z, "--model", "random:tiny", "-o", "o.xyz"], stderr, tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["z.safetensors"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_a_decode_succeeds_with_stderr_closed_or_full(tmp_path, z, stderr):
+    done = _run([*DECODE, z, "--model", "random:tiny", "-o", "o.npy", "--no-compile-cache", "--json"], stderr, tmp_path)
+    assert done.returncode == 0 and '"outputs"' in done.stdout
+    assert (tmp_path / "o.npy").exists()
