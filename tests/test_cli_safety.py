@@ -158,7 +158,7 @@ def test_interrupt_at_start_up(tmp_path, capsys, good, monkeypatch):
 def test_an_interrupt_swallowed_by_a_callback_still_ends_with_130(tmp_path, capsys, good, monkeypatch):
     # Python raises KeyboardInterrupt in whatever runs next, e.g. a garbage
     # collection callback of JAX's that swallows it ("Exception ignored in
-    # _xla_gc_callback"; seen in test_ctrl_c_in_a_real_process): the run
+    # _xla_gc_callback"; seen in test_signals_in_a_real_process): the run
     # must still stop before anything is moved in.
     real = video.write_video_to
 
@@ -177,9 +177,19 @@ def test_an_interrupt_swallowed_by_a_callback_still_ends_with_130(tmp_path, caps
     assert _tree(tmp_path) == before
 
 
-def test_ctrl_c_in_a_real_process(tmp_path, good):
-    # Sent once the command's own code runs (the load bar is up): exit 130,
-    # one line, no traceback, nothing written.
+@pytest.mark.parametrize(
+    ("signals", "code", "said"),
+    [
+        ([signal.SIGINT], 130, "interrupted"),
+        ([signal.SIGINT, signal.SIGINT], 130, "interrupted"),  # the second, 50 ms later, while cleaning up
+        ([signal.SIGTERM], 143, "terminated (SIGTERM)"),
+        ([signal.SIGHUP], 129, "hung up (SIGHUP)"),
+    ],
+    ids=["ctrl-c", "ctrl-c-twice", "sigterm", "sighup"],
+)
+def test_signals_in_a_real_process(tmp_path, good, signals, code, said):
+    # Sent once the command's own code runs (the load bar is up): the
+    # signal's exit code, one line, no traceback, nothing written.
     cmd = [sys.executable, "-m", "cogvideox_torchax.decode", good, "--model", "random:tiny", "--no-compile-cache"]
     proc = subprocess.Popen(
         [*cmd, "-o", str(tmp_path / "v.mp4")], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -188,11 +198,14 @@ def test_ctrl_c_in_a_real_process(tmp_path, good):
     deadline = time.monotonic() + 300
     while "load" not in err and time.monotonic() < deadline:
         err += proc.stderr.read(1)
-    proc.send_signal(signal.SIGINT)
+    for i, signum in enumerate(signals):
+        if i:
+            time.sleep(0.05)
+        proc.send_signal(signum)
     err += proc.communicate(timeout=300)[1]
-    assert proc.returncode == 130, err
-    # (A Ctrl-C in the middle of a progress bar's own write can leave that bar's line unfinished.)
-    assert "Traceback" not in err and err.rstrip().endswith("error: interrupted; nothing was written"), err
+    assert proc.returncode == code, err
+    # (A signal in the middle of a progress bar's own write can leave that bar's line unfinished.)
+    assert "Traceback" not in err and err.rstrip().endswith(f"error: {said}; nothing was written"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.safetensors"]
 
 

@@ -53,9 +53,15 @@ def command(
             kept = agreement.stdout_kept_for_results() if agreement.process_count() > 1 else contextlib.nullcontext()
             with kept:
                 return main(config, run, print_summary)
-        except KeyboardInterrupt:
-            errors.say(f"error: interrupted; {_interrupted_note(config)}")
-            return errors.EXIT_INTERRUPTED
+        except KeyboardInterrupt as e:
+            errors.say(f"error: {_what_stopped(e)}; {_interrupted_note(config)}")
+            return errors.exit_code(e)
+
+
+def _what_stopped(e: KeyboardInterrupt) -> str:
+    if isinstance(e, interrupts.Terminated):
+        return f"{'terminated' if e.code == errors.EXIT_TERMINATED else 'hung up'} ({e.args[0]})"
+    return "interrupted"
 
 
 def _interrupted_note(config: Config | None) -> str:
@@ -71,9 +77,9 @@ def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Ca
 
         use_cpu_without_accelerators()
         summary = run(config)
-    except KeyboardInterrupt:
-        errors.say(f"error: interrupted; {_interrupted_note(config)}")
-        return errors.EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        errors.say(f"error: {_what_stopped(e)}; {_interrupted_note(config)}")
+        return errors.exit_code(e)
     except Exception as e:  # one line for the user; the traceback with --debug
         if config.run.debug and not isinstance(e, errors.PeerFailed):
             if agreement.process_count() == 1:

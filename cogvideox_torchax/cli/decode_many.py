@@ -84,7 +84,7 @@ def run(config: DecodeConfig) -> dict[str, Any]:
                         vae, shape, kind, "decoding latents of", lambda: _decode(vae, z, raw), quiet=config.run.quiet
                     )
             except Exception as e:  # every process leaves `together` the same way: all go on
-                if isinstance(e, errors.PeerFailed) and e.code == errors.EXIT_INTERRUPTED:
+                if isinstance(e, errors.PeerFailed) and e.code in errors.SIGNALLED:
                     raise
                 if config.run.debug and not isinstance(e, errors.PeerFailed) and jax.process_count() == 1:
                     raise

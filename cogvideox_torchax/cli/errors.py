@@ -6,6 +6,8 @@ import os
 import sys
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY, EXIT_SOME_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_TERMINATED, EXIT_HANGUP = 143, 129  # SIGTERM, SIGHUP: as an interrupt
+SIGNALLED = (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_HANGUP)
 
 
 EXIT_CODES = """exit codes:
@@ -21,6 +23,8 @@ EXIT_CODES = """exit codes:
   4    decoding many latents (--output-dir): some inputs failed, each named on stderr; the outputs
        of all the others were written (with --dry-run: some inputs cannot be decoded)
   130  interrupted (Ctrl-C); nothing written (with --output-dir: the outputs already complete stay)
+  143  terminated (SIGTERM: timeout, SLURM, docker stop), as 130
+  129  hung up (SIGHUP: the terminal closed), as 130
 
 Under jax.distributed every process exits with the same code; only process 0 reads inputs, writes
 outputs and prints the summary. A process that dies ends the others within the heartbeat timeout
@@ -53,8 +57,9 @@ class PeerFailed(Exception):
 
 def agreed_code(codes: list[int]) -> int:
     """The one exit code of a step from every process's code: an interrupt wins, else the first failure."""
-    if EXIT_INTERRUPTED in codes:
-        return EXIT_INTERRUPTED
+    for signalled in SIGNALLED:
+        if signalled in codes:
+            return signalled
     return next((c for c in codes if c != EXIT_OK), EXIT_OK)
 
 
@@ -81,7 +86,7 @@ def exit_code(e: BaseException) -> int:
     from cogvideox_torchax.runtime.budget import MemoryBudgetError
 
     if isinstance(e, KeyboardInterrupt):
-        return EXIT_INTERRUPTED
+        return getattr(e, "code", EXIT_INTERRUPTED)  # interrupts.Terminated: 143 or 129
     if isinstance(e, PeerFailed):
         return e.code
     if isinstance(e, (OutOfMemory, MemoryBudgetError)):
