@@ -6,6 +6,8 @@ the program at batch 2 sums in another order than at batch 1).
 """
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -198,3 +200,43 @@ def test_batches_group_equal_shapes_in_order():
     runs = batch.batches(items, 2)
     assert [[it.source for it in run] for run in runs] == [["0", "2"], ["4"], ["1", "3"]]
     assert batch.output_name(batch.Path("x/clip.safetensors"), 1, 3, "png") == "clip_1"
+
+
+def test_a_failing_input_with_a_newline_in_its_name_is_one_quoted_line(tmp_path, capsys):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "bad\nname.safetensors").write_bytes(b"not a safetensors file")
+    save_file({"latents": _z((1, 4, 1, 2, 2), seed=0)}, folder / "good.safetensors")
+    assert main([str(folder), "--output-dir", str(tmp_path / "out"), "--format", "npy", *TINY]) == 4
+    err = capsys.readouterr().err
+    failed = [line for line in err.splitlines() if "failed" in line]
+    assert failed and all("bad\\nname.safetensors" in line for line in failed), err
+    assert not any(line.strip() == "name.safetensors'" or line.startswith("name.safetensors") for line in err.splitlines())
+
+
+def test_skip_existing_keeps_only_a_finished_output_of_its_kind(tmp_path, capsys):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    save_file({"latents": _z((1, 4, 1, 2, 2), seed=0)}, folder / "a.safetensors")
+    out = tmp_path / "out"
+    (out / "a.mp4").mkdir(parents=True)  # a folder where the video goes
+    argv = [str(folder), "--output-dir", str(out), "--skip-existing", "--model", "random:tiny", "--mesh", "dp=1,tp=1"]
+    assert_bad_input(main, tmp_path, capsys, argv, "is in the place of an output but is not one")
+    assert sorted(p.name for p in out.iterdir()) == ["a.mp4"] and (out / "a.mp4").is_dir()
+
+
+def test_links_to_nowhere_and_fifos_in_an_input_folder_are_named_as_unreadable(tmp_path, capsys):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    save_file({"latents": _z((1, 4, 1, 2, 2), seed=0)}, folder / "good.safetensors")
+    (folder / "loop.safetensors").symlink_to(folder / "loop.safetensors")
+    (folder / "dangling.safetensors").symlink_to(tmp_path / "gone.safetensors")
+    os.mkfifo(folder / "fifo.safetensors")  # never opened: reading it would wait forever
+    out = tmp_path / "out"
+    assert main([str(folder), "--output-dir", str(out), "--format", "npy", *TINY, "--json"]) == 4
+    captured = capsys.readouterr()
+    reasons = {Path(f["input"]).name: f["error"] for f in json.loads(captured.out)["failed"]}
+    assert set(reasons) == {"loop.safetensors", "dangling.safetensors", "fifo.safetensors"}, captured.err
+    assert "leads nowhere" in reasons["loop.safetensors"] and "leads nowhere" in reasons["dangling.safetensors"]
+    assert "not a regular file" in reasons["fifo.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == ["good.npy"]

@@ -36,13 +36,15 @@ def expand_inputs(specs: Iterable[str]) -> list[Path]:
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            matches = sorted(p for p in path.glob("*.safetensors") if p.is_file())
+            # Links that lead nowhere and special files are kept, to be reported
+            # as unreadable (`latents.read_latents` never opens them); subfolders are not inputs.
+            matches = sorted(p for p in path.glob("*.safetensors") if not p.is_dir())
             if not matches:
                 raise InputsError(f"folder {spec!r} holds no .safetensors files")
         elif path.is_file():
             matches = [path]
         elif _GLOB_CHARS & set(spec):
-            matches = sorted(Path(p) for p in glob.glob(spec) if Path(p).is_file())
+            matches = sorted(Path(p) for p in glob.glob(spec) if not Path(p).is_dir())
             if not matches:
                 raise InputsError(f"pattern {spec!r} matches no file")
         else:

@@ -205,9 +205,13 @@ def _scan(config: DecodeConfig, vae, sources: list[str], out_dir: Path) -> dict[
                                      "decode them in separate runs or rename one")
                 writers[str(output)] = who
                 if os.path.lexists(output):
-                    if config.skip_existing:
+                    if config.skip_existing and _is_finished_output(output, config.format):
                         skipped.append(str(output))
                         continue
+                    if config.skip_existing:  # a folder where a file goes, a link, a FIFO: not a finished output
+                        raise UsageError(f"{str(output)!r} is in the place of an output but is not one "
+                                         f"({'a folder of frames' if config.format == 'png' else 'a file'}); "
+                                         "move it away, or pass --overwrite where it may be replaced")
                     if not config.overwrite:
                         existing.append(str(output))
                 items.append(batch.Item(source, i, str(output), (1, *z.shape[1:])).as_dict())
@@ -218,6 +222,13 @@ def _scan(config: DecodeConfig, vae, sources: list[str], out_dir: Path) -> dict[
             f"output {existing[0]!r}{more} exists; pass --skip-existing to keep and skip, or --overwrite to replace"
         )
     return {"items": items, "failed": failed, "skipped": skipped}
+
+
+def _is_finished_output(output: Path, kind: str) -> bool:
+    # What --skip-existing keeps: the kind the run would have written, not a link to one.
+    if output.is_symlink():
+        return False
+    return output.is_dir() if kind == "png" else output.is_file()
 
 
 def _read_run(config: DecodeConfig, vae, items: list[batch.Item], shape: tuple[int, ...]):
@@ -279,10 +290,10 @@ def _failures(items: list, error: str, bar: Stage) -> list[dict[str, Any]]:
     for item in items:
         if isinstance(item, str):
             entry: dict[str, Any] = {"input": item, "error": error}
-            name = item
+            name = repr(item)
         else:
             entry = {"input": item.source, "video": item.index, "output": item.output, "error": error}
-            name = f"{item.source} -> {item.output}"
+            name = f"{item.source!r} -> {item.output!r}"
         if agreement.is_primary():
             bar.write(f"failed: {name}: {error}")
         out.append(entry)
@@ -320,7 +331,7 @@ def print_summary(s: dict[str, Any]) -> None:
         for shape, plan in s["memory_plans"].items():
             print(f"  {shape}: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device; nothing run")
         for f in s["failed"]:
-            errors.say(f"  cannot decode {f['input']}: {f['error']}")
+            errors.say(f"  cannot decode {f['input']!r}: {f['error']}")
         return
     rate = f"{s['videos_per_s']:.3f} videos/s" if s["videos_per_s"] is not None else "-"
     print(
@@ -333,4 +344,4 @@ def print_summary(s: dict[str, Any]) -> None:
         f"(cache {s['compile_cache']}) | decode and write {s['decode_s']:.2f} s ({rate})"
     )
     for f in s["failed"]:
-        errors.say(f"  failed {f['input']}: {f['error']}")
+        errors.say(f"  failed {f['input']!r}: {f['error']}")

@@ -40,7 +40,11 @@ def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file():  # never opened: a FIFO would block
+        if path.is_symlink() and not path.exists():
+            raise LatentsError(f"{str(path)!r} is a link that leads nowhere (dangling, or a loop)")
+        if path.exists() and not path.is_dir():
+            raise LatentsError(f"{str(path)!r} is not a regular file (a FIFO, socket or device); not read")
         raise LatentsError(f"no such latents file: {str(path)!r}")
     try:
         with safe_open(path, framework="pt") as f:
