@@ -299,7 +299,8 @@ def test_out_of_memory_is_exit_3_naming_the_shape(tmp_path, capsys, good, monkey
 def test_help_lists_the_exit_codes(capsys, main):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for line in ("0    success", "2    bad input", "3    out of memory", "4    decoding many", "130  interrupted", "143  terminated",
+    for line in ("0    success", "2    bad input", "3    out of memory", "4    decoding many", "5    the outputs were",
+                 "130  interrupted", "143  terminated",
                  "129  hung up"):
         assert line in out
     assert main(["--no-such-option"]) == 2

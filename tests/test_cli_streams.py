@@ -40,3 +40,27 @@ def test_a_decode_succeeds_with_stderr_closed_or_full(tmp_path, z, stderr):
     done = _run([*DECODE, z, "--model", "random:tiny", "-o", "o.npy", "--no-compile-cache", "--json"], stderr, tmp_path)
     assert done.returncode == 0 and '"outputs"' in done.stdout
     assert (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("flags", [["--json"], []], ids=["json", "summary"])
+def test_a_full_stdout_after_the_outputs_are_written_is_exit_5_in_one_line(tmp_path, z, flags):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([*DECODE, z, "--model", "random:tiny", "-o", "o.npy", "--no-compile-cache", *flags],
+                              cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 5, done.stderr
+    last = done.stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith("error: the run is complete (outputs written) but its summary could not be printed")
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+    assert (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_stdout_changes_nothing_for_bad_input_or_a_quiet_run(tmp_path, z):
+    with open("/dev/full", "w") as full:
+        bad = subprocess.run([*DECODE, z, "--model", "random:tiny", "-o", "o.xyz"], cwd=tmp_path, stdout=full,
+                             stderr=subprocess.PIPE, text=True)
+        quiet = subprocess.run([*DECODE, z, "--model", "random:tiny", "-o", "o.npy", "--no-compile-cache", "--quiet"],
+                               cwd=tmp_path, stdout=full, stderr=subprocess.PIPE, text=True)
+    assert bad.returncode == 2 and quiet.returncode == 0, (bad.stderr, quiet.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.npy", "z.safetensors"]

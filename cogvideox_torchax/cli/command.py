@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -92,8 +93,20 @@ def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Ca
         if isinstance(e, errors.PeerFailed) and agreement.is_primary():
             errors.say(f"error: {errors.one_line(e)}")
         return errors.exit_code(e)
-    if config.run.json:
-        print(json.dumps(summary))
-    elif not config.run.quiet:
-        print_summary(summary)
-    return int(summary.get("exit_code", errors.EXIT_OK))
+    code = int(summary.get("exit_code", errors.EXIT_OK))
+    if config.run.quiet and not config.run.json:
+        return code  # nothing to report
+    try:
+        if sys.stdout is None:
+            raise OSError("stdout is closed")
+        if config.run.json:
+            print(json.dumps(summary))
+        else:
+            print_summary(summary)
+        sys.stdout.flush()
+    except (OSError, ValueError) as e:  # stdout full or closed: the run itself is done
+        errors.silence_stdout()
+        errors.say(f"error: the run is complete ({'outputs written' if code == errors.EXIT_OK else f'exit {code}'}) "
+                   f"but its summary could not be printed: {errors.one_line(e)}")
+        return errors.EXIT_REPORT_FAILED if code == errors.EXIT_OK else code
+    return code

@@ -8,6 +8,7 @@ import sys
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY, EXIT_SOME_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_TERMINATED, EXIT_HANGUP = 143, 129  # SIGTERM, SIGHUP: as an interrupt
 SIGNALLED = (EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_HANGUP)
+EXIT_REPORT_FAILED = 5  # everything written; only the summary on stdout failed
 
 
 EXIT_CODES = """exit codes:
@@ -22,6 +23,7 @@ EXIT_CODES = """exit codes:
        or the device ran out while compiling or running (the message names the shape); nothing written
   4    decoding many latents (--output-dir): some inputs failed, each named on stderr; the outputs
        of all the others were written (with --dry-run: some inputs cannot be decoded)
+  5    the outputs were written, but the summary could not be printed (stdout closed or full)
   130  interrupted (Ctrl-C); nothing written (with --output-dir: the outputs already complete stay)
   143  terminated (SIGTERM: timeout, SLURM, docker stop), as 130
   129  hung up (SIGHUP: the terminal closed), as 130
@@ -141,3 +143,13 @@ def reserve_stderr_fd() -> None:
         fd = os.open(os.devnull, os.O_WRONLY)  # the lowest free descriptor: 2
         if fd != 2:
             os.close(fd)
+
+
+def silence_stdout() -> None:
+    """Points file descriptor 1 at /dev/null after stdout failed, so the exit's own flush cannot fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass
