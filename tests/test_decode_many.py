@@ -240,3 +240,17 @@ def test_links_to_nowhere_and_fifos_in_an_input_folder_are_named_as_unreadable(t
     assert "leads nowhere" in reasons["loop.safetensors"] and "leads nowhere" in reasons["dangling.safetensors"]
     assert "not a regular file" in reasons["fifo.safetensors"]
     assert sorted(p.name for p in out.iterdir()) == ["good.npy"]
+
+
+def test_frames_too_large_for_h264_are_refused_before_decoding(tmp_path, capsys):
+    save_file({"latents": _z((1, 4, 1, 2050, 2), seed=0)}, tmp_path / "wide.safetensors")  # 16400x16 frames
+    argv = [str(tmp_path / "wide.safetensors"), "-o", str(tmp_path / "wide.mp4"), "--model", "random:tiny",
+            "--mesh", "dp=1,tp=1"]
+    assert_bad_input(main, tmp_path, capsys, argv, r"16400x16 are too large for H.264 .*at most 16384.*PNG")
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (tmp_path / "wide.safetensors").rename(folder / "wide.safetensors")
+    save_file({"latents": _z((1, 4, 1, 2, 2), seed=0)}, folder / "small.safetensors")
+    assert main([str(folder), "--output-dir", str(tmp_path / "out"), *TINY]) == 4  # reported, the other written
+    assert "too large for H.264" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["small.mp4"]

@@ -213,3 +213,11 @@ def test_output_exists(tmp_path, capsys, good_mp4):
 
 def test_unknown_random_preset(tmp_path, capsys, good_mp4):
     _bad(tmp_path, capsys, [str(good_mp4), "--model", "random:huge", *_out(tmp_path)], "unknown preset 'huge'")
+
+
+def test_a_size_the_host_cannot_hold_is_exit_3_before_fitting(tmp_path, capsys, good_mp4):
+    before = sorted(tmp_path.rglob("*"))
+    assert main([str(good_mp4), "--size", "100000x100000", *TINY, *_out(tmp_path), "--no-compile-cache"]) == 3
+    last = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
+    assert last.startswith("error: fitting the video to 100000x100000 needs") and "of host memory" in last, last
+    assert "--size" in last and sorted(tmp_path.rglob("*")) == before

@@ -227,6 +227,9 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     )
     vae.check_latents(z.shape)
     latents.check_range(z, vae.options.dtype, unscaled_by=float(model.scaling_factor) if config.unscale else None)
+    if kind == "mp4":
+        scale = 2 ** (len(model.block_out_channels) - 1)
+        video.check_mp4_size(scale * z.shape[3], scale * z.shape[4])
 
     # mp4 and PNG take uint8 frames, made on device (a quarter of the fp32
     # output crosses to the host); raw outputs take the decoder's floats.

@@ -163,7 +163,7 @@ def _find_inputs(config: DecodeConfig, out_dir: Path) -> list[Path]:
 
 
 def _prepared(config: DecodeConfig, vae, source: str) -> np.ndarray:
-    from cogvideox_torchax.io import latents
+    from cogvideox_torchax.io import latents, video
 
     z = latents.read_latents(source, config.key)
     latents.check_shape(z.shape)
@@ -171,6 +171,9 @@ def _prepared(config: DecodeConfig, vae, source: str) -> np.ndarray:
     z, _ = latents.prepare(z, model.latent_channels, model.scaling_factor, layout=config.layout, unscale=config.unscale)
     vae.check_latents(z.shape)
     latents.check_range(z, vae.options.dtype, unscaled_by=float(model.scaling_factor) if config.unscale else None)
+    if config.format == "mp4":
+        scale = 2 ** (len(model.block_out_channels) - 1)
+        video.check_mp4_size(scale * z.shape[3], scale * z.shape[4])
     return z
 
 

@@ -139,10 +139,25 @@ def _read(config: EncodeConfig, quiet: bool):
     with agreement.together("reading the video"), Stage("read", 1, "video", quiet) as read:
         if agreement.is_primary():
             raw, fps = frames.read_frames(config.video)
+            _check_host_memory(raw.shape, config)
             x = frames.to_video_tensor(frames.fit(raw, size=config.size, num_frames=config.frames))
             info = {"input_shape": [int(v) for v in raw.shape[:3]], "fps": fps}
         read.tick()
     return distributed.share_array(x), distributed.share_json(info), read
+
+
+def _check_host_memory(shape: tuple[int, ...], config: EncodeConfig) -> None:
+    """Refuses (exit 3) fitting a video the host has no memory for, before trying."""
+    from cogvideox_torchax.io import frames
+    from cogvideox_torchax.runtime import budget
+
+    need, have = frames.fit_bytes(shape, size=config.size, num_frames=config.frames), budget.host_available()
+    if need > have:
+        size = f"{config.size[0]}x{config.size[1]}" if config.size else f"{shape[1]}x{shape[2]}"
+        raise errors.OutOfMemory(
+            f"fitting the video to {size} needs {budget.human(need)} of host memory, "
+            f"{budget.human(have)} available; pick a smaller --size or fewer --frames"
+        )
 
 
 def _dry_run(config: EncodeConfig) -> dict[str, Any]:

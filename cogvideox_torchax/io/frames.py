@@ -158,13 +158,34 @@ def fit(frames: np.ndarray, *, size: tuple[int, int] | None = None, num_frames: 
     return _center_crop(frames, target)
 
 
+def fit_bytes(shape: tuple[int, ...], *, size: tuple[int, int] | None = None, num_frames: int | None = None) -> int:
+    """The most host memory `fit` and `to_video_tensor` take for frames of ``shape`` ``(F, H, W, 3)``.
+
+    The scaled frames (uint8), their crop, and the float32 video with its
+    intermediate copies; what the encode command checks against the host's
+    available memory before fitting (a ``--size`` of 100000x100000 must not
+    end in a MemoryError).
+    """
+    available, height, width = shape[:3]
+    count = min(available, default_frame_count(available) if num_frames is None else num_frames)
+    target = size or (height // SPATIAL_FACTOR * SPATIAL_FACTOR, width // SPATIAL_FACTOR * SPATIAL_FACTOR)
+    scaled = _cover_size((height, width), target) if size is not None else (height, width)
+    per_frame = scaled[0] * scaled[1] * 3 + target[0] * target[1] * 3 * (1 + 3 * 4)
+    return int(count) * int(per_frame)
+
+
+def _cover_size(size: tuple[int, int], target: tuple[int, int]) -> tuple[int, int]:
+    # Rounded up so the scaled frame covers the target on both axes.
+    height, width = size
+    scale = max(target[0] / height, target[1] / width)
+    return max(target[0], round(height * scale)), max(target[1], round(width * scale))
+
+
 def _resize_to_cover(frames: np.ndarray, target: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     height, width = frames.shape[1:3]
-    scale = max(target[0] / height, target[1] / width)
-    # Rounded up so the scaled frame covers the target on both axes.
-    new_h, new_w = max(target[0], round(height * scale)), max(target[1], round(width * scale))
+    new_h, new_w = _cover_size((height, width), target)
     if (new_h, new_w) == (height, width):
         return frames
     resample = Image.Resampling.LANCZOS

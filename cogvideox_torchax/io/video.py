@@ -26,6 +26,23 @@ def to_uint8(video: np.ndarray) -> np.ndarray:
     return np.round(x * 255).astype(np.uint8).transpose(0, 2, 3, 4, 1)
 
 
+# libx264 refuses frames wider or taller than this (tried: 16384 encodes, 16392 does not).
+H264_MAX_SIDE = 16384
+
+
+def check_mp4_size(height: int, width: int) -> None:
+    """Refuses frames H.264 (libx264) cannot take, before anything is decoded.
+
+    Raises:
+        ValueError: naming the limit and the outputs that take any size.
+    """
+    if max(height, width) > H264_MAX_SIDE:
+        raise ValueError(
+            f"frames of {height}x{width} are too large for H.264 (libx264 takes at most {H264_MAX_SIDE} pixels a "
+            "side); write PNG frames (an output name without a suffix, or --format png) or .npy / .safetensors"
+        )
+
+
 def encode_mp4(dest: Path, frames: np.ndarray, fps: float = 8, crf: int = 18, tick=None) -> None:
     """Encodes ``(F, H, W, 3)`` uint8 frames as H.264 at ``dest`` itself (no staging)."""
     import av

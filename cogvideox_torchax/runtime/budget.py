@@ -72,7 +72,8 @@ def parse_memory(text: str | int | None) -> int | None:
     return value
 
 
-def _host_available() -> int:
+def host_available() -> int:
+    """The host's available memory in bytes (``MemAvailable``), what a host-side step may still take."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -99,7 +100,7 @@ def device_capacity(mesh: Mesh) -> tuple[int, str]:
     limits = [(d.memory_stats() or {}).get("bytes_limit") for d in devices if d.platform != "cpu"]
     if limits and all(limits):
         return min(limits), f"{devices[0].device_kind} bytes_limit"
-    return _host_available() // len(devices), f"host available memory / {len(devices)} device(s)"
+    return host_available() // len(devices), f"host available memory / {len(devices)} device(s)"
 
 
 class Candidate(NamedTuple):
