@@ -91,7 +91,7 @@ def _read_folder(folder: Path) -> np.ndarray:
     for f in files:
         try:
             with Image.open(f) as im:
-                frame = np.asarray(im.convert("RGB"))
+                frame = _to_rgb8(im, f)
         except (UnidentifiedImageError, OSError) as e:
             raise FramesError(f"cannot read frame {str(f)!r}: {e}") from e
         if frames and frame.shape != frames[0].shape:
@@ -99,6 +99,37 @@ def _read_folder(folder: Path) -> np.ndarray:
             raise FramesError(f"frame {str(f)!r} is {frame.shape[0]}x{frame.shape[1]} (HxW), the first frame {h}x{w}")
         frames.append(frame)
     return np.stack(frames)
+
+
+# Pillow's 16-bit integer modes (a 16-bit grayscale PNG opens as one of these).
+_SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
+
+
+def _to_rgb8(im, path: Path) -> np.ndarray:
+    """One image as ``(H, W, 3)`` uint8 RGB, the way diffusers' video processor takes an image.
+
+    8-bit modes (L, P, RGB, RGBA, LA, CMYK, YCbCr, 1, ...) go through
+    ``convert("RGB")`` as diffusers does (alpha dropped, palettes
+    expanded). 16-bit grayscale is scaled to 8 bits (``v / 257``, rounded),
+    which ``convert`` would clip instead (mid-grey read as white); 32-bit
+    integer images are read so when every value is within 16 bits. Other
+    modes (float ``F``, wider integers) are refused by name.
+
+    Raises:
+        FramesError: a mode with no faithful 8-bit reading.
+    """
+    mode = im.mode
+    if mode in _SIXTEEN_BIT or mode == "I":
+        values = np.asarray(im, dtype=np.int64)
+        if values.min() < 0 or values.max() > 65535:
+            raise FramesError(f"frame {str(path)!r} is a 32-bit integer image ({mode}) with values beyond 16 bits; "
+                              "save the frames as 8- or 16-bit")
+        grey = np.round(values / 257.0).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=-1)
+    if mode == "F":
+        raise FramesError(f"frame {str(path)!r} is a 32-bit float image (mode F), which has no 8-bit reading; "
+                          "save the frames as 8- or 16-bit")
+    return np.asarray(im.convert("RGB"))
 
 
 def parse_size(text: str) -> tuple[int, int]:
