@@ -27,9 +27,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
+from cogvideox_torchax.cli import agreement, command, interrupts, options, out_of_memory, stages
 from cogvideox_torchax.cli.errors import UsageError
-from cogvideox_torchax.cli.options import add_distributed_arguments, add_model_arguments, add_run_arguments
+from cogvideox_torchax.cli.options import add_model_arguments
 from cogvideox_torchax.cli.stages import Stage
 
 # mp4 stores the frame rate as a fraction of denominator <= 1001 (`video.encode_mp4`): these all are.
@@ -37,12 +37,7 @@ FPS_RANGE = (0.01, 1000.0)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = options.Parser(
-        prog="python -m cogvideox_torchax.decode",
-        description=__doc__.split("\n\n")[1].replace("\n", " "),
-        epilog=errors.EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = options.Parser.for_command("decode", __doc__)
     p.add_argument(
         "latents",
         nargs="+",
@@ -99,9 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replace existing outputs: files, or folders holding only frame_*.png (never anything else)",
     )
-    add_run_arguments(p)
-    add_distributed_arguments(p)
-    return p
+    return options.with_shared_arguments(p)
 
 
 @dataclasses.dataclass(frozen=True)

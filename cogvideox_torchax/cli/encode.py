@@ -24,19 +24,14 @@ from typing import Any
 
 from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
 from cogvideox_torchax.cli.errors import UsageError
-from cogvideox_torchax.cli.options import add_distributed_arguments, add_model_arguments, add_run_arguments
+from cogvideox_torchax.cli.options import add_model_arguments
 from cogvideox_torchax.cli.stages import Stage
 
 LATENTS_KEY = "latents"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = options.Parser(
-        prog="python -m cogvideox_torchax.encode",
-        description=__doc__.split("\n\n")[1].replace("\n", " "),
-        epilog=errors.EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = options.Parser.for_command("encode", __doc__)
     p.add_argument("video", help="video file (.mp4, .mov, .mkv, .webm) or a folder of frames (.png, .jpg, ...)")
     p.add_argument(
         "--output", "-o", help="latents file to write (.safetensors; key 'latents', (1, T, C, H, W)); not with --dry-run"
@@ -62,9 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the torch generator for --sample, 0 to 2^64-1")
     add_model_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file (never a folder)")
-    add_run_arguments(p)
-    add_distributed_arguments(p)
-    return p
+    return options.with_shared_arguments(p)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,16 @@ SEED_RANGE = (0, 2**64 - 1)
 class Parser(argparse.ArgumentParser):
     """argparse with its usage errors as one ``error:`` line (exit 2); the usage block is ``--help``'s."""
 
+    @classmethod
+    def for_command(cls, name: str, doc: str) -> Parser:
+        """The parser of ``python -m cogvideox_torchax.NAME``: its module docstring's second paragraph, the exit codes."""
+        return cls(
+            prog=f"python -m cogvideox_torchax.{name}",
+            description=doc.split("\n\n")[1].replace("\n", " "),
+            epilog=errors.EXIT_CODES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(errors.EXIT_BAD_INPUT, f"error: {' '.join(message.split())} (see --help)\n")
 
@@ -147,6 +157,13 @@ class RunOptions:
     def silenced(self) -> RunOptions:
         """The same options for a process that reports nothing (not process 0 of a cluster)."""
         return dataclasses.replace(self, quiet=True, json=False)
+
+
+def with_shared_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``p`` with the run and multi-process options both commands take last (`add_run_arguments`, ...)."""
+    add_run_arguments(p)
+    add_distributed_arguments(p)
+    return p
 
 
 def add_distributed_arguments(p: argparse.ArgumentParser) -> None:
