@@ -173,7 +173,7 @@ def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_pat
         ("pair.safetensors", 0): "RuntimeError: device lost",
         ("pair.safetensors", 1): "RuntimeError: device lost",
     }
-    assert "failed: " + str(tmp_path / "in" / "pair.safetensors") + " -> " in captured.err
+    assert "failed: " + repr(str(tmp_path / "in" / "pair.safetensors")) + " -> " in captured.err
     # Only v0 was written, whole and right; no temporary left behind.
     assert sorted(p.name for p in out.iterdir()) == ["v0.npy"]
     assert_close(np.load(out / "v0.npy"), library(z["v0"])[0], atol=1e-5, label="v0")
