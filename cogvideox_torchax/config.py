@@ -99,8 +99,8 @@ class RuntimeOptions:
             and batch over ``dp``; meshes of more than one device.
         conv_split_elements: split any convolution whose input or output
             would hold more elements than this (`kernels.conv.ConvPolicy`);
-            None takes the target's limit (below 2^31 on GPUs, none
-            elsewhere). Needs ``conv_bias``.
+            None takes the target's limit (below 2^31 on GPUs, below 2^31
+            per device on TPUs, none on the CPU). Needs ``conv_bias``.
     """
 
     dtype: str = "float32"

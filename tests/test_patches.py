@@ -207,6 +207,34 @@ def test_low_res_spatial_norm_builds_no_full_size_scale():
     assert re.search(full, upstream_text) and not re.search(full, text)
 
 
+@pytest.mark.parametrize("frames", [1, 4, 5])
+def test_low_res_spatial_norm_block_broadcast_equals_upstream(frames):
+    # The TPU plan's resize (time gathered and width repeated at latent
+    # size, height broadcast over the activation split in blocks): upstream's
+    # values, with no gather to the full size. fp32, 1e-5.
+    torch.manual_seed(frames)
+    norm = CogVideoXSpatialNorm3D(f_channels=64, zq_channels=4, groups=8).eval()
+    f, zq = torch.randn(1, 64, frames, 16, 24), torch.randn(1, 4, (frames + 1) // 2, 2, 3)
+    with torch.no_grad():
+        expected, _ = norm(f, zq)
+    assert patches.apply_low_res_spatial_norm(norm, block_broadcast=True) == 1 and norm.block_broadcast
+    env = torchax.default_env()
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in norm.state_dict().items()}
+
+    def run(f, zq):
+        with env, torch.no_grad():
+            p = {k: env.j2t_iso(v) for k, v in params.items()}
+            out, _ = torch.func.functional_call(norm, p, (env.j2t_iso(f), env.j2t_iso(zq)))
+        return env.t2j_iso(out)
+
+    args = (jnp.asarray(f.numpy()), jnp.asarray(zq.numpy()))
+    got = jax.jit(run)(*args)
+    assert_close(np.asarray(got), expected.numpy(), atol=1e-5, label="block-broadcast SpatialNorm", check_dtype=False)
+    text = jax.jit(run).lower(*args).as_text()
+    assert "stablehlo.gather" in text  # time, at latent size
+    assert not re.search(rf"stablehlo\.gather[^\n]*-> tensor<1x64x{frames}x16x24x", text)
+
+
 def test_nearest_override_lives_in_our_own_environment():
     torchax = import_torchax()
     ours = patches.traced_environment(True)

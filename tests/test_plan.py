@@ -5,7 +5,7 @@ import json
 import pytest
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.runtime.plan import GPU_MAX_CONV_ELEMENTS, Target, build_plan
+from cogvideox_torchax.runtime.plan import GPU_MAX_CONV_ELEMENTS, TPU_MAX_CONV_ELEMENTS, Target, build_plan
 
 _CPU_FP32 = (
     "group_norm",
@@ -38,8 +38,10 @@ def test_tpu_bf16_tp8():
     assert "shard_activations" in plan.steps and "frame_scan" in plan.steps
     skipped = dict(plan.skipped)
     assert "XLA:CPU" in skipped["time_tap_conv"] and "tp > 1" in skipped["low_res_spatial_norm"]
-    # bf16 out of every convolution; layout left to XLA's TPU layout assignment; never split.
-    assert not plan.conv.bias_in_fp32 and not plan.conv.channels_last and plan.conv.max_elements is None
+    # bf16 out of every convolution; layout left to XLA's TPU layout assignment;
+    # split above 2^31 elements per device (width over tp devices).
+    assert not plan.conv.bias_in_fp32 and not plan.conv.channels_last
+    assert plan.conv.max_elements == 8 * TPU_MAX_CONV_ELEMENTS == 8 * (2**31 - 1)
 
 
 @pytest.mark.parametrize("platform", ["cuda", "gpu", "rocm"])

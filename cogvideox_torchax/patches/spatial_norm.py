@@ -29,13 +29,45 @@ def _resize_like_upstream(t: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     frames above one, and concatenates; written as index arrays there is no
     concatenation to materialise (a width-sharded program did, at full size).
     """
-    t_in, t_out = t.shape[2], f.shape[2]
-    if t_out > 1 and t_out % 2 == 1:
-        t_idx = first_frame_apart_indices(t_in, t_out)
-    else:
-        t_idx = nearest_indices(t_in, t_out)
-    indices = (t_idx, *(nearest_indices(t.shape[a], f.shape[a]) for a in (3, 4)))
+    indices = (_time_indices(t.shape[2], f.shape[2]), *(nearest_indices(t.shape[a], f.shape[a]) for a in (3, 4)))
     return interop.torch_view(functools.partial(_take_axes, indices=indices))(t)
+
+
+def _time_indices(t_in: int, t_out: int) -> np.ndarray:
+    # Upstream resizes the first frame alone when there is an odd number above one.
+    if t_out > 1 and t_out % 2 == 1:
+        return first_frame_apart_indices(t_in, t_out)
+    return nearest_indices(t_in, t_out)
+
+
+def _blocks_of(small: tuple[int, ...], full: tuple[int, ...]) -> tuple[int, int] | None:
+    """``(rh, rw)`` when upstream's nearest resize of H and W from ``small`` to ``full`` repeats each value rh x rw times."""
+    ratios = []
+    for a in (3, 4):
+        r = full[a] // small[a]
+        if r < 1 or r * small[a] != full[a] or not np.array_equal(
+            nearest_indices(small[a], full[a]), np.arange(full[a]) // r
+        ):
+            return None
+        ratios.append(r)
+    return ratios[0], ratios[1]
+
+
+def _block_scale_shift(normed: jax.Array, y: jax.Array, b: jax.Array) -> jax.Array:
+    """``normed * resize(y) + resize(b)`` (upstream's nearest resize), in ``y``'s dtype, rounded to ``normed``'s.
+
+    Time is gathered at latent resolution and width repeated at latent
+    height (1/rh of the full size); the height repeat is a broadcast over
+    the activation split as (h, rh), so no full-size scale or shift exists.
+    The barrier stores the normalised input once in its own dtype: without
+    it the TPU compiler stored its fp32 upcast and a relayouted copy of that.
+    """
+    t_idx = jnp.asarray(_time_indices(y.shape[2], normed.shape[2]), jnp.int32)
+    rh, rw = _blocks_of(y.shape, normed.shape)
+    y, b = (jnp.repeat(jnp.take(v, t_idx, axis=2), rw, axis=4)[:, :, :, :, None] for v in (y, b))
+    n, c, t, h, _, w = y.shape
+    x = jax.lax.optimization_barrier(normed).reshape(n, c, t, h, rh, w)
+    return (x.astype(y.dtype) * y + b).reshape(normed.shape).astype(normed.dtype)
 
 
 def _is_pointwise(conv: CogVideoXCausalConv3d) -> bool:
@@ -65,7 +97,16 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
 
     Measured at 49 frames 480x720 (2b, fp32, one device, memory-optimized
     scheduler): 15.63 -> 14.37 GiB of compiled temporary memory.
+
+    With ``block_broadcast`` (the TPU plan) the resize is written so that
+    nothing full-size is gathered (`_block_scale_shift`): XLA's TPU
+    compiler does not fuse a gather into its consumer, so the resized fp32
+    scale and shift were stored at full size (CogVideoX 1.5 headline, one
+    v6e chip: 6 x 2.66 GiB at the peak), next to an fp32 copy of the
+    normalised input (7.97 GiB). Same values.
     """
+
+    block_broadcast: bool = False
 
     def forward(self, f: torch.Tensor, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None = None):
         if not is_torchax(f) or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b)):
@@ -79,17 +120,26 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
         y, new_conv_cache["conv_y"] = self.conv_y(zq_in, conv_cache=conv_cache.get("conv_y"))
         b, new_conv_cache["conv_b"] = self.conv_b(zq_in, conv_cache=conv_cache.get("conv_b"))
         normed = self.norm_layer(f)
+        if self.block_broadcast and _blocks_of(y.shape, f.shape) is not None:
+            return interop.torch_view(_block_scale_shift)(normed, y, b), new_conv_cache
         new_f = normed.to(y.dtype) * _resize_like_upstream(y, f) + _resize_like_upstream(b, f)
         return new_f.to(f.dtype), new_conv_cache
 
 
-def apply_low_res_spatial_norm(vae: torch.nn.Module) -> int:
+def apply_low_res_spatial_norm(vae: torch.nn.Module, *, block_broadcast: bool = False) -> int:
     """Makes every `CogVideoXSpatialNorm3D` in ``vae`` a `LowResSpatialNorm3D`.
+
+    ``block_broadcast``: resize the scale and shift without a full-size
+    gather (see `LowResSpatialNorm3D`); set on every such module.
 
     Returns:
         How many modules changed in this call (0 on a second call).
     """
-    return swap_classes(vae, {CogVideoXSpatialNorm3D: LowResSpatialNorm3D})
+    count = swap_classes(vae, {CogVideoXSpatialNorm3D: LowResSpatialNorm3D})
+    for module in vae.modules():
+        if isinstance(module, LowResSpatialNorm3D):
+            module.block_broadcast = block_broadcast
+    return count
 
 
 def _low_res_why_not(target, applied: frozenset[str]) -> str | None:
@@ -100,4 +150,11 @@ def _low_res_why_not(target, applied: frozenset[str]) -> str | None:
     return None
 
 
-PATCHES = (Patch("low_res_spatial_norm", 100, lambda m, plan, mesh: apply_low_res_spatial_norm(m), _low_res_why_not),)
+PATCHES = (
+    Patch(
+        "low_res_spatial_norm",
+        100,
+        lambda m, plan, mesh: apply_low_res_spatial_norm(m, block_broadcast=plan.target.platform == "tpu"),
+        _low_res_why_not,
+    ),
+)

@@ -21,7 +21,7 @@ Per-backend choices and why:
   measured). TPU: left to XLA, whose TPU layout assignment picks the
   physical layout of every operand whatever the logical one; the 3-D
   resamplers lower what the TPU compiler asks for the CogVideoX 1.5
-  headline on one v6e chip from 54.54 to 42.19 GiB (still refused).
+  headline on one v6e chip from 54.54 to 42.19 GiB (then see TPU memory).
 - bf16 bias. CPU: added in the fp32 accumulator, rounded once (XLA:CPU
   fuses that epilogue; +0.5 dB against torchax's two roundings). CUDA: the
   same numbers from cuDNN's conv-bias epilogue, which XLA fuses from
@@ -34,7 +34,15 @@ Per-backend choices and why:
   decode (tests/test_accelerator_programs.py).
 - Convolution size. GPU: no convolution operand or result of 2^31 elements
   or more; cuDNN's kernels at that size took 17.6 s where two halves took
-  70 ms (H100). CPU and TPU: never split.
+  70 ms (H100). TPU: the same limit per device, for memory: the TPU
+  compiler stores a convolution's padded input twice (in the elementwise
+  layout and relayouted for the convolution), 2 x 5.51 GiB for the 1.5
+  headline's first 256 -> 128 conv at 768x1360. CPU: never split.
+- TPU memory (CogVideoX 1.5 headline, one v6e chip, what the compiler
+  asks: 42.19 -> 21.33 GiB): SpatialNorm's scale and shift resized without
+  a full-size gather (``LowResSpatialNorm3D.block_broadcast``), the padded
+  input of each causal conv behind the cache barrier (as on CUDA) and the
+  convolution split above.
 - Time taps (`patches.TimeTapCausalConv3d`): CPU in fp32 only.
 """
 
@@ -56,6 +64,8 @@ GPU_PLATFORMS = ("cuda", "rocm")
 
 # cuDNN convolutions with an operand or result of 2^31 elements or more.
 GPU_MAX_CONV_ELEMENTS = 2**31 - 1
+# TPU: the same size per device, for memory (the module docstring).
+TPU_MAX_CONV_ELEMENTS = 2**31 - 1
 
 
 def canonical_platform(platform: str) -> str:
@@ -106,6 +116,9 @@ def conv_policy(target: Target, options: RuntimeOptions) -> ConvPolicy:
     split = options.conv_split_elements
     if split is None and target.is_gpu:
         split = GPU_MAX_CONV_ELEMENTS
+    elif split is None and target.platform == "tpu":
+        # Per device: width sharding (tp) divides every activation.
+        split = TPU_MAX_CONV_ELEMENTS * target.tp
     fused = target.platform == "cuda" and target.dtype != "float32"
     return ConvPolicy(
         channels_last=target.platform in ("cpu", "rocm"),
