@@ -53,13 +53,14 @@ class AheadOfTime:
         ``target`` and ``mesh`` compile the planned program for a named
         accelerator (see `lower_decode`); it cannot run here.
         """
-        return self._compile("frames" if frames else "decode", shape, target, mesh)
+        return self.planned_executable("frames" if frames else "decode", shape, target, mesh)
 
     def compile_encode(self, shape: tuple[int, ...], *, target: str | None = None, mesh: Any = None):
         """The planned encode for a video shape, compiled on first use (``target`` as in `compile_decode`)."""
-        return self._compile("encode", shape, target, mesh)
+        return self.planned_executable("encode", shape, target, mesh)
 
-    def _compile(self, kind: str, shape, target: str | None = None, mesh: Any = None) -> jax.stages.Compiled:
+    def planned_executable(self, kind: str, shape, target: str | None = None, mesh: Any = None) -> jax.stages.Compiled:
+        """The executable of ``kind`` (``"decode"``, ``"frames"``, ``"encode"``) that `memory_plan` chose for ``shape``."""
         shape = tuple(shape)
         (self.check_video if kind == "encode" else self.check_latents)(shape)
         return self.programs.compile(kind, shape, key_of(self.memory_plan(shape, kind=kind, target=target, mesh=mesh)))

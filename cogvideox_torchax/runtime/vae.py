@@ -143,7 +143,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface):
 
         ``kind``: ``"decode"``, ``"frames"`` (`decode_frames_jax`) or ``"encode"``.
         """
-        executable = self._compile(kind, tuple(x.shape))
+        executable = self.planned_executable(kind, tuple(x.shape))
         key = key_of(self.planner.plan(kind, tuple(x.shape)))
         mesh = self.programs.mesh_of(key)
         arr = to_numpy(x, np.dtype(self.options.jax_dtype))
