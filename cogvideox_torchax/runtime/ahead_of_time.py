@@ -43,7 +43,7 @@ class AheadOfTime:
     def _lower(self, kind: str, shape, platform: str | None, target: str | None, mesh: Any) -> jax.stages.Lowered:
         shape = tuple(shape)
         (self.check_video if kind == "encode" else self.check_latents)(shape)
-        return self.programs.lower(kind, shape, (ProgramKey.for_target(target, mesh) if target else ProgramKey(platform)))
+        return self.programs.lower(kind, shape, (ProgramKey.for_target(target, mesh) if target else self.programs.platform_key(platform)))
 
     def compile_decode(
         self, shape: tuple[int, ...], *, frames: bool = False, target: str | None = None, mesh: Any = None

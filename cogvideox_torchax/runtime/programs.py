@@ -133,6 +133,12 @@ class ProgramCache:
             return key.accelerator.platform
         return canonical_platform(key.target) if key.target is not None else mesh_platform(self.mesh)
 
+    def platform_key(self, platform: str | None) -> ProgramKey:
+        """The key of a program built for ``platform`` on the VAE's mesh (the own program for its own platform)."""
+        if platform is None or canonical_platform(platform) == mesh_platform(self.mesh):
+            return ProgramKey()
+        return ProgramKey(canonical_platform(platform))
+
     def plan_for(self, key: ProgramKey) -> RunPlan:
         return build_plan(self.options, Target.of(self.mesh_of(key), self.options.dtype, self.platform(key)))
 

@@ -23,7 +23,7 @@ from cogvideox_torchax.runtime import budget
 from cogvideox_torchax.runtime.ahead_of_time import AheadOfTime
 from cogvideox_torchax.runtime.plan import RunPlan, compiler_options
 from cogvideox_torchax.runtime.planner import Planner, key_of
-from cogvideox_torchax.runtime.programs import ProgramCache, ProgramKey, to_host_torch, to_numpy
+from cogvideox_torchax.runtime.programs import ProgramCache, to_host_torch, to_numpy
 from cogvideox_torchax.runtime.retry import retry_out_of_memory
 from cogvideox_torchax.runtime.upstream_surface import INFERENCE_SURFACE, UnsupportedAttributeError, UpstreamSurface
 
@@ -88,7 +88,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface):
 
     def plan_for(self, platform: str) -> RunPlan:
         """What would run if this VAE's program were built for ``platform`` (``"cpu"``, ``"cuda"``, ``"tpu"``)."""
-        return self.programs.program(ProgramKey(platform)).plan
+        return self.programs.program(self.programs.platform_key(platform)).plan
 
     @property
     def platform(self) -> str:
