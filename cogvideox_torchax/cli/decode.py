@@ -198,10 +198,7 @@ def _dry_run(config: DecodeConfig, z) -> dict[str, Any]:
     from cogvideox_torchax.io import latents
 
     _, vae, load = stages.load_together(config.run)
-    z, layout = latents.prepare(
-        z, vae.config.latent_channels, vae.config.scaling_factor, layout=config.layout, unscale=config.unscale
-    )
-    vae.check_latents(z.shape)
+    z, layout = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
     return {**stages.plan_stage(vae, z.shape, "decode", config.run, load), "latents_shape": list(z.shape), "layout": layout}
 
 
@@ -214,15 +211,9 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     from cogvideox_torchax.runtime import memory
 
     cache_dir, vae, load = stages.load_together(config.run)
-    model = vae.config
-    z, layout = latents.prepare(
-        z, model.latent_channels, model.scaling_factor, layout=config.layout, unscale=config.unscale
-    )
-    vae.check_latents(z.shape)
-    latents.check_range(z, vae.options.dtype, unscaled_by=float(model.scaling_factor) if config.unscale else None)
+    z, layout = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
     if kind == "mp4":
-        scale = 2 ** (len(model.block_out_channels) - 1)
-        video.check_mp4_size(scale * z.shape[3], scale * z.shape[4])
+        video.check_mp4_size(*latents.frame_size(vae.config, z.shape))
 
     # mp4 and PNG take uint8 frames, made on device (a quarter of the fp32
     # output crosses to the host); raw outputs take the decoder's floats.

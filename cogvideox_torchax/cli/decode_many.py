@@ -167,13 +167,9 @@ def _prepared(config: DecodeConfig, vae, source: str) -> np.ndarray:
 
     z = latents.read_latents(source, config.key)
     latents.check_shape(z.shape)
-    model = vae.config
-    z, _ = latents.prepare(z, model.latent_channels, model.scaling_factor, layout=config.layout, unscale=config.unscale)
-    vae.check_latents(z.shape)
-    latents.check_range(z, vae.options.dtype, unscaled_by=float(model.scaling_factor) if config.unscale else None)
+    z, _ = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
     if config.format == "mp4":
-        scale = 2 ** (len(model.block_out_channels) - 1)
-        video.check_mp4_size(scale * z.shape[3], scale * z.shape[4])
+        video.check_mp4_size(*latents.frame_size(vae.config, z.shape))
     return z
 
 

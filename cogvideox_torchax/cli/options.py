@@ -84,11 +84,6 @@ class ModelOptions:
     max_memory: str
     target: str | None
 
-    @property
-    def auto_memory(self) -> bool:
-        """Whether the budget is the device's capacity (``--max-memory auto``)."""
-        return self.max_memory.strip().lower() == "auto"
-
 
 @dataclasses.dataclass(frozen=True)
 class DistributedOptions:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -174,6 +175,28 @@ def prepare(
         # As the pipeline writes it: latents * (1 / scaling_factor).
         z = z * np.float32(1.0 / scaling_factor)
     return z, found
+
+
+def prepare_for(vae: Any, z: np.ndarray, *, layout: str = "auto", unscale: bool = True) -> tuple[np.ndarray, str]:
+    """`prepare` with ``vae``'s config, then the checks ``vae.decode`` would make: shape, range for its dtype.
+
+    Returns:
+        The latents ready for ``vae``'s decode, and the layout they came in.
+
+    Raises:
+        ValueError: a shape the VAE cannot decode; `LatentsError`: values out of range.
+    """
+    model = vae.config
+    z, found = prepare(z, model.latent_channels, model.scaling_factor, layout=layout, unscale=unscale)
+    vae.check_latents(z.shape)
+    check_range(z, vae.options.dtype, unscaled_by=float(model.scaling_factor) if unscale else None)
+    return z, found
+
+
+def frame_size(config: Any, shape: tuple[int, ...]) -> tuple[int, int]:
+    """The decoded frames' ``(height, width)`` for latents of ``shape`` (last two dims H, W) and a VAE config."""
+    scale = 2 ** (len(config.block_out_channels) - 1)
+    return scale * shape[-2], scale * shape[-1]
 
 
 def to_pipeline_latents(z: np.ndarray, scaling_factor: float) -> np.ndarray:
