@@ -192,8 +192,17 @@ def check_config(config: Mapping[str, Any], source: str = "config") -> None:
         raise bad("force_upcast", "true or false")
 
 
-def _weight_files(folder: Path) -> list[Path]:
-    index = folder / WEIGHTS_INDEX_NAME
+def _with_variant(name: str, variant: str | None) -> str:
+    # As diffusers names a variant's files: before the last suffix
+    # (diffusion_pytorch_model.fp16.safetensors, ....safetensors.index.fp16.json).
+    if not variant:
+        return name
+    stem, _, suffix = name.rpartition(".")
+    return f"{stem}.{variant}.{suffix}"
+
+
+def _weight_files(folder: Path, variant: str | None = None) -> list[Path]:
+    index = folder / _with_variant(WEIGHTS_INDEX_NAME, variant)
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
@@ -213,9 +222,11 @@ def _weight_files(folder: Path) -> list[Path]:
                 raise ModelLoadError(f"{str(index)!r} names a missing shard {name!r}")
             files.append(f)
         return files
-    single = folder / WEIGHTS_NAME
+    single = folder / _with_variant(WEIGHTS_NAME, variant)
     if single.is_file():
         return [single]
+    if variant:
+        raise ModelLoadError(f"no weights of variant {variant!r} ({single.name} or an index) in {str(folder)!r}")
     found = sorted(folder.glob("*.safetensors"))
     if len(found) == 1:
         return found
@@ -226,10 +237,10 @@ def _weight_files(folder: Path) -> list[Path]:
     )
 
 
-def read_state_dict(folder: Path) -> dict[str, torch.Tensor]:
-    """Reads every safetensors file of the model (one file or an indexed set)."""
+def read_state_dict(folder: Path, variant: str | None = None) -> dict[str, torch.Tensor]:
+    """Reads every safetensors file of the model (one file or an indexed set; ``variant``'s as diffusers names it)."""
     state: dict[str, torch.Tensor] = {}
-    for f in _weight_files(folder):
+    for f in _weight_files(folder, variant):
         try:
             part = load_file(f)
         except (SafetensorError, OSError, ValueError, RuntimeError, TypeError, OverflowError, KeyError) as e:
@@ -351,6 +362,46 @@ def from_pretrained(
     return build(config, read_state_dict(folder), dtype=dtype, mesh=mesh, options=options, max_memory=max_memory)
 
 
+# What diffusers' pipeline loader may pass a component's from_pretrained
+# beyond the dtype and variant: the values that ask for nothing this loader
+# does not do anyway (the others ask for device maps, offloading,
+# quantization or pickles, and are refused).
+_LOADER_NO_OPS = {
+    "device_map": (None,),
+    "max_memory": (None,),
+    "offload_folder": (None,),
+    "quantization_config": (None,),
+    "use_flashpack": (False,),
+    "use_safetensors": (None, True),
+    "low_cpu_mem_usage": (None, True, False),
+    "disable_mmap": (None, True, False),
+    "offload_state_dict": (None, True, False),
+}
+
+
+def from_diffusers_loader(
+    path: str | os.PathLike,
+    subfolder: str | None,
+    torch_dtype: torch.dtype | None,
+    variant: str | None,
+    kwargs: Mapping[str, Any],
+) -> TorchaxVAE:
+    """`TorchaxVAE.from_pretrained` as diffusers' pipeline loader calls it; no ``torch_dtype``: the saved dtype."""
+    asked = sorted(k for k, v in kwargs.items() if not any(v is ok for ok in _LOADER_NO_OPS.get(k, ())))
+    if asked:
+        raise NotImplementedError(
+            f"TorchaxVAE.from_pretrained does not take {', '.join(asked)}: it loads safetensors onto the "
+            "JAX devices itself"
+        )
+    folder = resolve_model_dir(path, subfolder)
+    config = read_config(folder)
+    state_dict = read_state_dict(folder, variant)
+    if torch_dtype is None:
+        dtypes = {t.dtype for t in state_dict.values()}
+        torch_dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+    return build(config, state_dict, dtype=torch_dtype)
+
+
 def wrap(
     vae_module: AutoencoderKLCogVideoX,
     *,
@@ -363,7 +414,10 @@ def wrap(
 
     The given module is left untouched (still usable eagerly); its config and
     weights are copied into a patched twin, and so are its tiling and slicing
-    switches (``pipe.vae.enable_tiling()`` before wrapping carries over).
+    switches (``pipe.vae.enable_tiling()`` before wrapping carries over) and
+    its device (where results of non-torch inputs go, as `TorchaxVAE.device`).
+    A `TorchaxVAE` (e.g. ``pipe.vae`` of a pipeline saved with one) is
+    returned as it is, converted to ``dtype`` if one is given.
 
     Args:
         vae_module: an `AutoencoderKLCogVideoX`.
@@ -372,6 +426,10 @@ def wrap(
         options: as `from_pretrained`.
         max_memory: as `from_pretrained`.
     """
+    if isinstance(vae_module, TorchaxVAE):
+        if mesh is not None or options is not None or max_memory != "auto":
+            raise ValueError("wrap: the VAE is already a TorchaxVAE; only dtype= can change it (by vae.to(dtype))")
+        return vae_module if dtype is None else vae_module.to(dtype)
     if not isinstance(vae_module, AutoencoderKLCogVideoX):
         raise TypeError(f"wrap expects an AutoencoderKLCogVideoX, got {type(vae_module).__name__}")
     if dtype is None and options is None:
@@ -388,6 +446,8 @@ def wrap(
         )
     if vae_module.use_slicing:
         vae.enable_slicing()
+    if vae_module.device.type != "meta":
+        vae.to(vae_module.device)
     return vae
 
 

@@ -71,11 +71,13 @@ def test_config_dtype_device_and_to(tiny_upstream):
     assert vae.to("cpu", torch.float32) is vae
     assert vae.to(device="cpu", dtype=torch.float32) is vae
     assert vae.to(torch.zeros(1)) is vae
-    with pytest.raises(NotImplementedError, match="dtype='bfloat16'"):
-        vae.to(torch.bfloat16)
-    # float16 cannot be had at all: the message points to what can.
-    with pytest.raises(NotImplementedError, match="float32 or bfloat16 only: .*dtype='bfloat16'"):
-        vae.to(torch.float16)
+    # Another dtype converts the VAE (as a pipeline's .to(dtype) does); one
+    # it cannot run is refused naming those it can, and changes nothing.
+    assert vae.to(torch.bfloat16) is vae and vae.dtype == torch.bfloat16 and vae.options.dtype == "bfloat16"
+    assert vae.float() is vae and vae.dtype == torch.float32
+    with pytest.raises(ValueError, match="cannot run in torch.float64: dtype must be float32"):
+        vae.double()
+    assert vae.dtype == torch.float32
     # Non-torch inputs come back on `device`; torch inputs on their own device.
     out = vae.decode(torch.zeros((1, 4, 1, 1, 1)).numpy()).sample
     assert isinstance(out, torch.Tensor) and out.device == vae.device

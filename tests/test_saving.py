@@ -49,3 +49,17 @@ def test_pickles_and_files_are_refused_and_nothing_is_left(tiny_vae, tmp_path):
     with pytest.raises(NotImplementedError, match="push_to_hub"):
         tiny_vae.save_pretrained(tmp_path / "h", push_to_hub=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "mine"
+
+
+def test_the_pipeline_loaders_entry_reads_variants_and_refuses_what_it_cannot_do(tiny_upstream, tmp_path):
+    # What diffusers' pipeline loader calls for a saved pipeline naming TorchaxVAE.
+    vae = ct.wrap(tiny_upstream, dtype="bfloat16", mesh="dp=1,tp=1")
+    vae.save_pretrained(tmp_path / "v", variant="x")
+    vae.save_pretrained(tmp_path / "v")  # a second file: only the variant's name picks it
+    loaded = ct.TorchaxVAE.from_pretrained(tmp_path / "v", variant="x", low_cpu_mem_usage=True, device_map=None)
+    assert loaded.dtype == torch.bfloat16  # no torch_dtype: the saved dtype
+    assert ct.TorchaxVAE.from_pretrained(tmp_path / "v", torch_dtype=torch.float32).dtype == torch.float32
+    with pytest.raises(ct.ModelLoadError, match="no weights of variant 'y'"):
+        ct.TorchaxVAE.from_pretrained(tmp_path / "v", variant="y")
+    with pytest.raises(NotImplementedError, match="device_map"):
+        ct.TorchaxVAE.from_pretrained(tmp_path / "v", device_map="auto")

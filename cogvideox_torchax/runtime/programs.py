@@ -108,7 +108,7 @@ class ProgramCache:
     program for another platform, tiling or mesh can be built at any time.
     """
 
-    def __init__(self, module: AutoencoderKLCogVideoX, state_dict: Mapping[str, torch.Tensor],
+    def __init__(self, module: AutoencoderKLCogVideoX, state_dict: Mapping[str, torch.Tensor | jax.Array],
                  options: RuntimeOptions, mesh: Mesh):
         self.options = options
         self.mesh = mesh
@@ -121,6 +121,16 @@ class ProgramCache:
         self.weights = {
             name: sharding.place(to_numpy(t, np_dtype), sharding.replicated(mesh)) for name, t in state_dict.items()
         }
+
+    def converted(self, options: RuntimeOptions) -> ProgramCache:
+        """A fresh cache for ``options`` (another dtype): the weights converted once, on the same mesh.
+
+        Nothing compiled is carried over (every plan depends on the dtype);
+        the own module's tiling and slicing switches are.
+        """
+        module = copy.deepcopy(self._pristine)
+        vars(module).update(tiling_switches(self.own.module))
+        return ProgramCache(module, self.weights, options, self.mesh)
 
     @property
     def own(self) -> Program:

@@ -10,6 +10,7 @@ instead of running eager torch. The class using it provides ``module``
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -38,7 +39,40 @@ INFERENCE_SURFACE = (
     "training",
     "requires_grad_",
     "save_pretrained",
+    "from_pretrained",
+    "half",
+    "float",
+    "bfloat16",
+    "double",
+    "type",
+    "cpu",
+    "cuda",
 )
+
+# torch.nn.Module and ModelMixin attributes that diffusers' pipelines use on
+# any component and that are true of this VAE as they stand: it has no torch
+# submodules (`modules` yields itself) and its config file name is upstream's.
+_MODULE_ATTRIBUTES_KEPT = ("modules", "named_modules", "config_name", "extra_repr", "dump_patches", "call_super_init")
+
+
+def refuse_other_module_attributes(cls: type) -> type:
+    """Makes the public ``torch.nn.Module`` / ``ModelMixin`` attributes of ``cls`` outside the surface refused.
+
+    ``state_dict``, ``parameters``, hooks, gradient checkpointing and the
+    rest would act on torch parameters and submodules the VAE does not
+    have (its weights are JAX arrays), silently. Each becomes a property
+    that raises `UnsupportedAttributeError` as upstream attributes missing
+    here do, so ``hasattr`` says no.
+    """
+    for base in cls.__mro__[1:]:
+        if base.__module__.startswith(("torch.", "diffusers.")):
+            for name in vars(base):
+                if name.startswith("_") or name in INFERENCE_SURFACE or name in _MODULE_ATTRIBUTES_KEPT:
+                    continue
+                if name not in vars(cls):
+                    setattr(cls, name, property(functools.partial(UpstreamSurface.__getattr__, name=name)))
+    return cls
+
 
 
 class UnsupportedAttributeError(AttributeError, NotImplementedError):
@@ -140,25 +174,50 @@ class UpstreamSurface:
         self.module.disable_slicing()
 
     def to(self, *args: Any, **kwargs: Any) -> UpstreamSurface:
-        """Accepts upstream's ``.to(device)`` / ``.to(dtype)`` / ``.to(device, dtype)`` calls; returns self.
+        """Upstream's ``.to(device)`` / ``.to(dtype)`` / ``.to(device, dtype)``, as pipelines call it; returns self.
 
-        The computation stays on the mesh. A device becomes `device` (where
-        results of non-torch inputs go); a dtype must be `dtype`.
+        A dtype other than `dtype` converts the VAE: its weights once, and
+        its plans and programs anew for that dtype (the next decode
+        compiles). The computation stays on the mesh: a device becomes
+        `device`, where results of non-torch inputs go.
 
         Raises:
-            NotImplementedError: a dtype other than `dtype` (build another VAE
-                with ``wrap(..., dtype=...)`` instead).
+            ValueError: a dtype this VAE cannot run (the message names those it can).
         """
         device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
         if dtype is not None and dtype != self.dtype:
-            other = "float32" if self.dtype == torch.bfloat16 else "bfloat16"
-            raise NotImplementedError(
-                f"TorchaxVAE runs in {self.dtype} and cannot be cast to {dtype}; it runs in float32 or "
-                f"bfloat16 only: wrap the upstream module again with dtype={other!r} for the other one"
-            )
+            try:
+                self._set_dtype(dtype)
+            except ValueError as e:
+                raise ValueError(f"TorchaxVAE cannot run in {dtype}: {e}") from None
         if device is not None:
             self._result_device = torch.device(device)
         return self
+
+    # torch.nn.Module's casts and moves, as `to` does them.
+
+    def half(self) -> UpstreamSurface:
+        return self.to(torch.float16)
+
+    def float(self) -> UpstreamSurface:
+        return self.to(torch.float32)
+
+    def bfloat16(self) -> UpstreamSurface:
+        return self.to(torch.bfloat16)
+
+    def double(self) -> UpstreamSurface:
+        return self.to(torch.float64)
+
+    def type(self, dst_type: torch.dtype | str) -> UpstreamSurface:
+        if isinstance(dst_type, str):
+            raise UnsupportedAttributeError("TorchaxVAE.type takes a torch dtype", name="type", obj=self)
+        return self.to(dst_type)
+
+    def cpu(self) -> UpstreamSurface:
+        return self.to("cpu")
+
+    def cuda(self, device: int | torch.device | None = None) -> UpstreamSurface:
+        return self.to(torch.device("cuda", device) if isinstance(device, int) else (device or "cuda"))
 
     def save_pretrained(
         self,
@@ -195,6 +254,13 @@ class UpstreamSurface:
     def training(self) -> bool:
         """Always False: this VAE only runs inference."""
         return False
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        # torch.nn.Module.__init__ sets it (to True) before anything else;
+        # later, only False is taken, as by `train`.
+        if mode and "programs" in self.__dict__:
+            self.train(True)
 
     def eval(self) -> UpstreamSurface:
         """Upstream's ``eval()``: a no-op here (always in inference mode); returns self."""

@@ -6,6 +6,8 @@ plans a `Planner`'s, upstream's calling conventions `UpstreamSurface`'s.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,9 +17,13 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDistribution
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
+
+# diffusers' pipeline loader looks the base class up by this name in the
+# module a saved pipeline's model_index.json names (this one).
+from diffusers.models.modeling_utils import ModelMixin
 from jax.sharding import Mesh
 
-from cogvideox_torchax.config import RuntimeOptions
+from cogvideox_torchax.config import RuntimeOptions, canonical_dtype
 from cogvideox_torchax.parallel import sharding
 from cogvideox_torchax.runtime import budget
 from cogvideox_torchax.runtime.ahead_of_time import AheadOfTime
@@ -25,7 +31,12 @@ from cogvideox_torchax.runtime.plan import RunPlan, compiler_options
 from cogvideox_torchax.runtime.planner import Planner, key_of
 from cogvideox_torchax.runtime.programs import ProgramCache, to_host_torch, to_numpy
 from cogvideox_torchax.runtime.retry import retry_out_of_memory
-from cogvideox_torchax.runtime.upstream_surface import INFERENCE_SURFACE, UnsupportedAttributeError, UpstreamSurface
+from cogvideox_torchax.runtime.upstream_surface import (
+    INFERENCE_SURFACE,
+    UnsupportedAttributeError,
+    UpstreamSurface,
+    refuse_other_module_attributes,
+)
 
 __all__ = ["INFERENCE_SURFACE", "TorchaxVAE", "UnsupportedAttributeError", "to_host_torch"]
 
@@ -39,7 +50,8 @@ def _check_5d(shape: tuple[int, ...], what: str, layout: str, channels: int) -> 
         raise ValueError(f"{what} shape {tuple(shape)} has an empty dimension")
 
 
-class TorchaxVAE(AheadOfTime, UpstreamSurface):
+@refuse_other_module_attributes
+class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     """Upstream `AutoencoderKLCogVideoX`, patched, run by torchax under `jax.jit`.
 
     Build it with `cogvideox_torchax.from_pretrained` or `cogvideox_torchax.wrap`.
@@ -53,6 +65,13 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface):
     `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device`, `to`
     and `save_pretrained`. Any other upstream attribute (training, hooks, submodules)
     raises `UnsupportedAttributeError` instead of running eager torch.
+
+    It is a diffusers `ModelMixin` (so a ``torch.nn.Module``) without torch
+    parameters or submodules, so that pipelines treat it as a component:
+    ``pipe.to(dtype)`` converts it (`to`), ``pipe.save_pretrained`` saves
+    it (`save_pretrained`) and the pipeline loads it back (`from_pretrained`).
+    Module methods that would act on torch parameters (``state_dict``,
+    hooks, ``parameters``...) are refused as upstream attributes are.
 
     Lowering, compiling and memory plans are `AheadOfTime`'s methods.
 
@@ -76,6 +95,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface):
         ``max_memory`` is as `memory_plan` takes it.
         """
         max_memory = budget.parse_memory(max_memory)  # refused before anything is built
+        ModelMixin.__init__(self)
         self.programs = ProgramCache(module, state_dict, options, mesh)
         self.planner = Planner(self.programs, max_memory)
 
@@ -108,6 +128,44 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface):
     @property
     def options(self) -> RuntimeOptions:
         return self.programs.options
+
+    def _set_dtype(self, dtype: str | torch.dtype) -> None:
+        # `to`'s dtype change: the weights converted once, every plan and
+        # program dropped (each depends on the dtype).
+        options = dataclasses.replace(self.options, dtype=canonical_dtype(dtype))
+        if options == self.options:
+            return
+        planner = Planner(self.programs.converted(options), self.planner.max_memory)
+        planner.retries = self.planner.retries
+        self.programs, self.planner = planner.programs, planner
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike,
+        subfolder: str | None = None,
+        torch_dtype: torch.dtype | None = None,
+        variant: str | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> TorchaxVAE:
+        """Loads a VAE folder as diffusers' pipeline loader calls it (a saved pipeline naming this class).
+
+        ``torch_dtype`` (or ``dtype``, its newer name) None keeps the dtype
+        the weights were saved in.
+        Prefer `cogvideox_torchax.from_pretrained`, which also takes a mesh
+        and options.
+
+        Raises:
+            NotImplementedError: diffusers' device maps, offloading,
+                quantization or non-safetensors loading.
+        """
+        from cogvideox_torchax import loading
+
+        if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
+            raise ValueError(f"dtype={dtype} and torch_dtype={torch_dtype} disagree")
+        chosen = dtype if dtype is not None else torch_dtype
+        return loading.from_diffusers_loader(pretrained_model_name_or_path, subfolder, chosen, variant, kwargs)
 
     @property
     def mesh(self) -> Mesh:
