@@ -279,6 +279,10 @@ def compile_devices(name: str) -> tuple[Any, ...]:
             os.environ.setdefault("TPU_ACCELERATOR_TYPE", f"{acc.topology.split(':')[0]}-8")
             os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
             os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+            # A compile-only client holds no chip, yet libtpu's one-process
+            # lockfile would refuse a second compiling process (a test beside
+            # a bench) with "Internal error when accessing libtpu multi-process lockfile".
+            os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
             with _quiet_stderr():
                 topo = topologies.get_topology_desc(acc.topology, "tpu")
     except TargetUnavailableError:
