@@ -126,15 +126,10 @@ def run(config: DecodeConfig) -> dict[str, Any]:
         "failed": failed,
         "shapes": [list(s) for s in shapes],
         "batch_size": size,
-        "dtype": vae.options.dtype,
-        "mesh": dict(vae.mesh.shape),
-        "processes": jax.process_count(),
-        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
-        "plan": vae.plan.as_dict(),
+        **stages.run_fields(vae, load),
         "memory_plans": _plans(vae, shapes, "decode" if raw else "frames"),
-        "load_s": round(load.seconds, 3),
-        "compile_s": round(compile_s, 3),
-        "compile_cache": "on" if cache_dir else "off",
+        # Several shapes compile: the cache is on, each one's hit or miss not told.
+        **stages.compile_fields(compile_s, cache_dir, "on"),
         "decode_s": round(bar.seconds, 3),
         "videos_per_s": round(len(written) / bar.seconds, 3) if bar.seconds > 0 else None,
     }
@@ -316,10 +311,8 @@ def _dry_run(config: DecodeConfig, vae, load: Stage, work: dict[str, Any], shape
         "skipped": work["skipped"],
         "failed": work["failed"],
         "batch_size": size,
-        "dtype": vae.options.dtype,
-        "mesh": dict(vae.mesh.shape),
+        **stages.run_fields(vae, load),
         "memory_plans": plans,
-        "load_s": round(load.seconds, 3),
     }
 
 

@@ -36,6 +36,29 @@ class Stage:
             interrupts.check_interrupted()
 
 
+def run_fields(vae, load: Stage) -> dict[str, Any]:
+    """What every command's summary says of the run: dtype, mesh, processes, device, plan, load seconds."""
+    import jax
+
+    return {
+        "dtype": vae.options.dtype,
+        "mesh": dict(vae.mesh.shape),
+        "processes": jax.process_count(),
+        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+        "plan": vae.plan.as_dict(),
+        "load_s": round(load.seconds, 3),
+    }
+
+
+def compile_fields(seconds: float, cache_dir: Any, status: str) -> dict[str, Any]:
+    """The summary's compile seconds and JAX compile cache: ``status`` (as the run saw it), ``"off"`` without a cache."""
+    return {
+        "compile_s": round(seconds, 3),
+        "compile_cache": status if cache_dir else "off",
+        "compile_cache_dir": str(cache_dir) if cache_dir else None,
+    }
+
+
 def load_together(run: options.RunOptions):
     """The compile cache and the "load" stage on every process (`agreement.together`). Returns ``(cache_dir, vae, stage)``.
 
@@ -85,15 +108,7 @@ def plan_stage(vae, shape: tuple[int, ...], kind: str, run: options.RunOptions, 
         with Stage("plan", 1, "shape", run.quiet) as stage:
             plan = vae.memory_plan(tuple(shape), kind=kind, target=target, mesh=run.model.mesh if target else None)
             stage.tick()
-    summary = {
-        "dry_run": True,
-        "dtype": vae.options.dtype,
-        "mesh": dict(vae.mesh.shape),
-        "plan": vae.plan.as_dict(),
-        "memory_plan": plan.as_dict(),
-        "load_s": round(load.seconds, 3),
-        "plan_s": round(stage.seconds, 3),
-    }
+    summary = {"dry_run": True, **run_fields(vae, load), "memory_plan": plan.as_dict(), "plan_s": round(stage.seconds, 3)}
     if target is not None:
         summary.update(target_report(vae, tuple(shape), kind, target, plan))
     return summary
