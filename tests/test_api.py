@@ -73,7 +73,7 @@ def test_config_dtype_device_and_to(tiny_upstream):
     assert vae.to(torch.zeros(1)) is vae
     with pytest.raises(NotImplementedError, match="dtype='bfloat16'"):
         vae.to(torch.bfloat16)
-    # float16 cannot be had at all: the message points to what can.
+    # Any other dtype is refused: float16 too (wrap a float16 module, or with dtype="float16", for it).
     with pytest.raises(NotImplementedError, match="float32 or bfloat16 only: .*dtype='bfloat16'"):
         vae.to(torch.float16)
     # Non-torch inputs come back on `device`; torch inputs on their own device.
