@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         help="latent T,H,W (or B,C,T,H,W); repeat to measure several shapes in one run (default 3,8,8)",
     )
     p.add_argument("--batch", type=int, default=1, help="videos per decode (with a T,H,W shape)")
-    p.add_argument("--dtype", default="float32", help="float32|bfloat16 (fp32/bf16 accepted)")
+    p.add_argument("--dtype", default="float32", help="float32|bfloat16|float16 (fp32/bf16/fp16 accepted)")
     p.add_argument("--mesh", default=None, help="e.g. dp=1,tp=8 (default: every device on tp)")
     p.add_argument("--systems", default="torchax,flax,torch", help=f"comma list of {', '.join(SYSTEMS)}")
     p.add_argument("--repeats", type=int, default=3, help="steady-state calls per system (median reported)")

@@ -135,7 +135,7 @@ def bench_torch(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
 
     from cogvideox_torchax.config import canonical_dtype
 
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[canonical_dtype(args.dtype)]
+    dtype = getattr(torch, canonical_dtype(args.dtype))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()
     module = load_upstream(args.model, args.seed).to(device=device, dtype=dtype)

@@ -19,14 +19,24 @@ _DTYPE_ALIASES = {
     "f32": "float32",
     "bfloat16": "bfloat16",
     "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+    "half": "float16",
 }
 
-_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-_JAX_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_JAX_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+# The dtypes a VAE runs in; bfloat16 and float16 are the "low precision"
+# ones, which every patch and kernel treats alike (fp32 statistics and
+# accumulation, one rounding per op).
+DTYPES = tuple(_TORCH_DTYPES)
+LOW_PRECISION = ("bfloat16", "float16")
 
 
 def canonical_dtype(dtype: str | torch.dtype) -> str:
-    """Returns ``"float32"`` or ``"bfloat16"`` for any accepted spelling.
+    """Returns ``"float32"``, ``"bfloat16"`` or ``"float16"`` for any accepted spelling.
 
     Raises:
         ValueError: for any other dtype.
@@ -37,7 +47,7 @@ def canonical_dtype(dtype: str | torch.dtype) -> str:
                 return name
     elif isinstance(dtype, str) and dtype.lower() in _DTYPE_ALIASES:
         return _DTYPE_ALIASES[dtype.lower()]
-    raise ValueError(f"dtype must be float32 or bfloat16 (fp32/bf16 accepted), got {dtype!r}")
+    raise ValueError(f"dtype must be float32, bfloat16 or float16 (fp32/bf16/fp16 accepted), got {dtype!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +61,13 @@ class RuntimeOptions:
     runs.
 
     Attributes:
-        dtype: compute and weight dtype, ``"float32"`` or ``"bfloat16"``.
+        dtype: compute and weight dtype, ``"float32"``, ``"bfloat16"`` or
+            ``"float16"`` (fp16 overflows above 65504; the commands refuse
+            latents out of range and a result holding NaN/Inf, exit 2).
         group_norm: replace `nn.GroupNorm` with `kernels.group_norm` (fp32
             statistics, no full-size fp32 copy). False keeps torchax's
             lowering of the upstream op, for comparison.
-        silu: replace `nn.SiLU` with `kernels.silu` (rounds once in bf16,
+        silu: replace `nn.SiLU` with `kernels.silu` (rounds once in bf16 and fp16,
             as torch does; torchax's lowering rounds twice).
         conv_bias: run every convolution through `kernels.conv` with the
             target's `kernels.conv.ConvPolicy` (layout, bias rounding,

@@ -337,8 +337,10 @@ def from_pretrained(
         path_or_hub_id: a folder with ``config.json`` and safetensors weights
             (one file, or shards with an index), or a hub id.
         subfolder: the VAE's folder inside it, e.g. ``"vae"`` for a pipeline.
-        dtype: ``"float32"`` or ``"bfloat16"`` (also ``fp32``/``bf16`` or a
-            torch dtype); weights are cast to it.
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (also
+            ``fp32``/``bf16``/``fp16`` or a torch dtype); weights are cast to
+            it. `wrap` of a float16 module (CogVideoX-2b's published
+            ``torch_dtype``) runs in float16.
         mesh: None (every local device on ``tp``), ``"dp=2,tp=4"``, or a
             `jax.sharding.Mesh` with axes ``("dp", "tp")``.
         options: full `RuntimeOptions`; ``dtype`` must then agree with it.

@@ -23,7 +23,7 @@ convolution ~40x slower (jax-ml/jax#12868; measured here: 128->128 3x3x3 on
 The frame-batch scan is such a loop.
 
 What differs per backend is one `ConvPolicy` (chosen by
-`cogvideox_torchax.runtime.plan`): the layout, where a bf16 bias is added, and the
+`cogvideox_torchax.runtime.plan`): the layout, where a bf16 or fp16 bias is added, and the
 largest operand a convolution may have before it is split.
 """
 
@@ -49,7 +49,7 @@ class ConvPolicy:
             around the convolution). Same result.
         bias_in_fp32: add the bias to the fp32 accumulator and round once;
             False lets the convolution itself emit ``x.dtype`` and adds the
-            bias after (a second rounding in bf16, no fp32 activation).
+            bias after (a second rounding in bf16 or fp16, no fp32 activation).
             Identical in fp32.
         fused_bias: with ``bias_in_fp32``, lower for CUDA as ``conv(x.dtype)
             + bias``, which XLA fuses into cuDNN's fp32 conv-bias epilogue

@@ -1,4 +1,4 @@
-"""SiLU that rounds once, as torch does for bf16.
+"""SiLU that rounds once, as torch does for bf16 and fp16.
 
 torchax lowers ``F.silu`` to ``x * sigmoid(x)`` in the input dtype, rounding
 the sigmoid and then the product; in bf16 that is ~1.4x torch's error, and

@@ -74,6 +74,7 @@ def test_config_dtype_device_and_to(tiny_upstream):
     # Another dtype converts the VAE (as a pipeline's .to(dtype) does); one
     # it cannot run is refused naming those it can, and changes nothing.
     assert vae.to(torch.bfloat16) is vae and vae.dtype == torch.bfloat16 and vae.options.dtype == "bfloat16"
+    assert vae.half() is vae and vae.dtype == torch.float16
     assert vae.float() is vae and vae.dtype == torch.float32
     with pytest.raises(ValueError, match="cannot run in torch.float64: dtype must be float32"):
         vae.double()

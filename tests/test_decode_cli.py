@@ -142,6 +142,38 @@ def test_half_precision_latents_and_quiet(tmp_path, capsys, dtype):
     assert_close(load_file(out)["video"], expected[0], atol=1e-6, label=f"{dtype} latents")
 
 
+@pytest.mark.parametrize("spelling", ["float16", "fp16"])
+def test_float16_decode_equals_the_library(tmp_path, capsys, spelling):
+    z = _z((1, 4, 2, 2, 3))
+    save_file({"z": z}, tmp_path / "z.safetensors")
+    out = tmp_path / "v.npy"
+    args = [str(tmp_path / "z.safetensors"), *TINY, "--dtype", spelling, "--no-compile-cache", "-o", str(out), "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == "float16"
+    vae = ct.wrap(ct.random_upstream("tiny"), dtype=spelling, mesh="dp=1,tp=1")
+    expected = vae.decode(z * (1 / vae_scaling("tiny"))).sample
+    # The same program on the same input: measured equal (raw frames are written as float32).
+    assert_close(torch.from_numpy(np.load(out)), expected[0].float(), atol=0, label="CLI fp16 vs library")
+
+
+# float16's largest value is 65504. Latents x 1e4 fit in it (2.4e4 after
+# unscaling) but the decoder's activations do not: the run is refused,
+# naming float16, for raw and uint8 outputs alike (the mp4 program flags a
+# non-finite video on device); x 1e5 is refused before decoding.
+@pytest.mark.parametrize(("scale", "output", "message"), [
+    (1e4, "v.npy", r"decode produced NaN or Inf: .*2\.41e\+04.*float16 overflows above 65504"),
+    (1e4, "v.mp4", r"decode produced NaN or Inf: .*float16 computation \(float16 overflows above 65504"),
+    (1e5, "v.npy", r"values up to 2\.41e\+05 .* out of range for float16 \(largest 6\.55e\+04\)"),
+])
+def test_float16_overflow_is_refused_naming_the_cause(tmp_path, capsys, scale, output, message):
+    save_file({"z": _z((1, 4, 3, 4, 4)) * scale}, tmp_path / "z.safetensors")
+    _bad(tmp_path, capsys, [str(tmp_path / "z.safetensors"), *TINY, "--dtype", "float16", "-o", str(tmp_path / output)],
+         message)
+    # The same latents decode in float32.
+    argv = [str(tmp_path / "z.safetensors"), *TINY, "--no-compile-cache", "--quiet", "-o", str(tmp_path / output)]
+    assert main(argv) == 0
+
+
 def test_layout_override_resolves_ambiguity(tmp_path, capsys):
     z = _z((1, 4, 4, 2, 2))  # C == T == 4: ambiguous for the tiny model
     save_file({"z": z}, tmp_path / "z.safetensors")

@@ -139,3 +139,41 @@ def test_encoder_convs_add_in_order(tiny_upstream, tiny_vae):
         if isinstance(m, patches.TimeTapCausalConv3d):
             m.in_order = False
     assert temp(tiny_vae).temp_size_in_bytes < temp(free).temp_size_in_bytes
+
+
+# fp16 encode, judged as the decode is: PSNR of the moments (mean and
+# log-variance) against upstream's fp32 encode, beside upstream torch's own
+# fp16 encode (eager, CPU). Every op rounds once as torch's do (the kernels
+# equal torch's fp16 results to the last bit), but the encoder has no fp32
+# SpatialNorm to gain from, so ours and torch's are level and a seed's
+# figure is partly luck: at (1,3,9,16,16), 96 moments, ours was -2.8 to
+# +3.6 dB off torch's. At (1,3,9,128,128), 6144 moments, seeds 0-5: ours
+# 71.56 / 72.09 / 73.86 / 72.61 / 70.33 / 74.68 dB, torch 71.82 / 72.12 /
+# 74.07 / 72.79 / 70.65 / 74.47 dB (-0.32 to +0.21, mean -0.13); the TPU
+# plan's program (run here) the same to the dB. Hence the bound on the
+# mean over seeds (0.5 dB, the issue's) and 1 dB per seed for the luck.
+def test_tiny_fp16_encode_psnr_level_with_torch():
+    from cogvideox_torchax.runtime.programs import ProgramKey
+    from cogvideox_torchax.runtime.vae import to_host_torch
+    from tests.parity import psnr
+
+    ours_db, tpu_db, theirs_db = [], [], []
+    for seed in range(6):
+        x = _video((1, 3, 9, 128, 128), seed=seed)
+        reference = upstream_posterior(ct.random_upstream("tiny", seed=seed), x).parameters
+        upstream = ct.random_upstream("tiny", seed=seed).to(torch.float16)
+        theirs = upstream_posterior(upstream, x.half()).parameters
+        vae = ct.wrap(upstream, mesh="dp=1,tp=1")
+        ours = vae.encode(x.half()).latent_dist.parameters
+        tpu = vae.programs.program(ProgramKey("tpu")).jits["encode"](vae.weights, x.half().numpy())
+        tpu = to_host_torch(tpu)
+        assert ours.dtype == tpu.dtype == torch.float16 and torch.isfinite(ours).all()
+        ours_db.append(psnr(ours, reference))
+        tpu_db.append(psnr(tpu, reference))
+        theirs_db.append(psnr(theirs, reference))
+        print(f"[psnr] encode seed {seed}: ours fp16 {ours_db[-1]:.2f} dB, tpu plan {tpu_db[-1]:.2f} dB, "
+              f"upstream fp16 {theirs_db[-1]:.2f} dB vs fp32")
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    for db in (ours_db, tpu_db):
+        assert mean(db) >= mean(theirs_db) - 0.5
+        assert all(o >= t - 1.0 for o, t in zip(db, theirs_db, strict=True))

@@ -114,6 +114,24 @@ def test_frame_folder_size_frames_and_sample(tmp_path, capsys):
     assert_close(load_file(out)["latents"], expected * vae.config.scaling_factor, atol=1e-5, label="sampled")
 
 
+def test_float16_encode_equals_the_library(tmp_path, capsys):
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    clip = _clip(5, 16, 24)
+    for i, frame in enumerate(clip):
+        Image.fromarray(frame).save(folder / f"{i:03d}.png")
+    out = tmp_path / "z.safetensors"
+    assert main([str(folder), "-o", str(out), "--dtype", "fp16", *TINY, "--no-compile-cache", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == "float16"
+    vae = ct.wrap(ct.random_upstream("tiny").half(), mesh="dp=1,tp=1")
+    assert vae.dtype == torch.float16
+    x = torch.from_numpy(frames.to_video_tensor(frames.fit(clip)))
+    expected = vae.encode(x).latent_dist.mode().float().permute(0, 2, 1, 3, 4) * vae.config.scaling_factor
+    got = load_file(out)["latents"]
+    # The same program on the same frames; the file keeps what the command wrote.
+    assert_close(got.float(), expected.float(), atol=1e-3, label="CLI fp16 latents vs library", check_dtype=False)
+
+
 @pytest.mark.parametrize("available,expected", [(1, 1), (5, 1), (8, 1), (9, 9), (16, 9), (17, 17), (49, 49), (50, 49)])
 def test_default_frame_count_is_8k_plus_1(available, expected):
     assert frames.default_frame_count(available) == expected

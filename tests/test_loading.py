@@ -129,8 +129,10 @@ def test_mesh_and_dtype_errors(tiny_upstream):
         ct.wrap(tiny_upstream, mesh="dp=8,tp=8")
     with pytest.raises(ValueError, match="dp=2,tp=4"):
         ct.wrap(tiny_upstream, mesh="tp:4")
-    with pytest.raises(ValueError, match="float32 or bfloat16"):
-        ct.wrap(tiny_upstream, dtype="float16")
+    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
+        ct.wrap(tiny_upstream, dtype="float64")
+    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
+        ct.wrap(tiny_upstream, dtype=torch.int8)
     mesh = ct.make_mesh(None)
     assert dict(mesh.shape) == {"dp": 1, "tp": len(jax.devices())}
 

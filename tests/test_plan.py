@@ -64,6 +64,21 @@ def test_cpu_bf16_keeps_the_fp32_bias_and_skips_time_taps():
     assert "activation-sized fp32" in dict(plan.skipped)["time_tap_conv"]
 
 
+@pytest.mark.parametrize("platform", ["cpu", "cuda", "rocm", "tpu"])
+def test_fp16_is_planned_as_bf16_with_the_bias_in_fp32_everywhere(platform):
+    fp16 = build_plan(ct.RuntimeOptions(dtype="fp16"), Target(platform, "float16"))
+    bf16 = build_plan(ct.RuntimeOptions(dtype="bf16"), Target(platform, "bfloat16"))
+    assert fp16.target.dtype == "float16" and fp16.steps == bf16.steps
+    assert dict(fp16.skipped).keys() == dict(bf16.skipped).keys()
+    # The bias goes into the fp32 accumulator on every platform (on TPU and
+    # ROCm unlike bf16); CUDA writes it as cuDNN's fused epilogue.
+    assert fp16.conv.bias_in_fp32 and fp16.conv.fused_bias == (platform == "cuda")
+    assert (fp16.conv.channels_last, fp16.conv.max_elements) == (bf16.conv.channels_last, bf16.conv.max_elements)
+    assert "fp32 accumulator" in str(fp16) and fp16.as_dict()["target"]["dtype"] == "float16"
+    if platform == "cpu":
+        assert "fp16" in dict(fp16.skipped)["time_tap_conv"]
+
+
 def test_gpu_without_the_conv_kernel_keeps_upstreams_chunking():
     plan = build_plan(ct.RuntimeOptions(conv_bias=False), Target("cuda", "float32"))
     assert "chunk_free_conv" not in plan.steps and plan.conv is None
@@ -88,6 +103,7 @@ def test_requirements_follow_what_is_off():
     [
         (ct.RuntimeOptions(time_tap_conv=True), Target("cuda", "float32"), "XLA:CPU"),
         (ct.RuntimeOptions(dtype="bf16", time_tap_conv=True), Target("cpu", "bfloat16"), "bf16"),
+        (ct.RuntimeOptions(dtype="fp16", time_tap_conv=True), Target("cpu", "float16"), "fp16"),
         (ct.RuntimeOptions(low_res_spatial_norm=True), Target("cpu", "float32", tp=4), "tp > 1"),
         (ct.RuntimeOptions(shard_activations=True), Target("cpu", "float32"), "one-device"),
         (ct.RuntimeOptions(resample_conv3d=True), Target("rocm", "bfloat16"), "CUDA and TPU only"),

@@ -51,9 +51,10 @@ def test_pipeline_example_runs(monkeypatch):
 
     monkeypatch.setattr(CogVideoXPipeline, "from_pretrained", classmethod(from_pretrained))
     code = _python_block((ROOT / "README.md").read_text(), "Use it in a diffusers pipeline")
-    assert len([ln for ln in code.splitlines() if ln and not ln.startswith(("import ", "from "))]) == 3
+    assert len([ln for ln in code.splitlines() if ln and not ln.startswith(("import ", "from "))]) == 5
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)
     pipe, video = namespace["pipe"], namespace["video"]
-    assert isinstance(pipe.vae, ct.TorchaxVAE) and pipe.vae.options.dtype == "bfloat16"
+    assert isinstance(pipe.vae, ct.TorchaxVAE) and pipe.vae.options.dtype == "float16"
+    assert pipe.vae.use_tiling and pipe.vae.use_slicing
     assert len(video) == 49 and video[0].size == (32, 32)  # PIL frames, the tiny transformer's 32x32

@@ -61,6 +61,17 @@ def test_h200_program_runs_cudnn_convs_with_the_bias_fused_and_bf16_activations(
     assert tiny_bf16.compiled_shapes() == []  # a target's plans are not the VAE's own
 
 
+def test_h200_fp16_program_fuses_the_bias_into_cudnn_convs_with_fp16_activations(tiny_upstream):
+    # wrap of a float16 module (CogVideoX-2b's published torch_dtype) runs in float16.
+    vae = ct.wrap(tiny_upstream.half(), mesh="dp=1,tp=1")
+    tiny_upstream.float()
+    convs, _ = hlo.compiled_ops(vae.compile_decode(_TINY, target="h200").as_text())
+    assert len(convs) >= 60 and all(c.op == "cudnn-conv" for c in convs)  # the fp32 bias in cuDNN's epilogue
+    batch, _, frames, height, width = _TINY
+    latent_res = batch * 32 * (frames + 1) * height * width  # SpatialNorm's fp32 1x1x1 convs
+    assert all(c.dtype == "f16" for c in convs if c.elements > latent_res), [c for c in convs if c.dtype != "f16"]
+
+
 def test_tpu_program_over_two_chips_shards_width(tiny_bf16):
     # About 25 s on 2 cores: the TPU compiler is slow.
     compiled = tiny_bf16.compile_decode(_TINY, target="v6e-8", mesh="dp=1,tp=2")

@@ -194,7 +194,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "default THUDM/CogVideoX-2b",
     )
     p.add_argument("--subfolder", default=None, help="VAE folder inside --model (default 'vae' for hub ids)")
-    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (fp32/bf16)")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        help="float32, bfloat16 or float16 (fp32/bf16/fp16); float16 overflows above 65504 (refused, exit 2)",
+    )
     p.add_argument("--mesh", default=None, help="device mesh, e.g. dp=1,tp=8 (default: all devices on tp)")
     p.add_argument("--seed", type=int, default=0, help=f"seed for {RANDOM_PREFIX} models, 0 to 2^64-1 (default 0)")
 

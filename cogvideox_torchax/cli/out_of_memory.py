@@ -132,9 +132,12 @@ def nonfinite_cause(vae, what: str, input_largest: float) -> str:
     for key, w in vae.weights.items():
         if not bool(jnp.isfinite(w).all()):
             return f"the model's weight {key!r} holds NaN or Inf; nothing was written"
+    # float16's range (largest 65504) is the one an activation can leave
+    # while the input is well inside it; bfloat16 and float32 reach 3.4e38.
+    hint = " (float16 overflows above 65504: try --dtype bfloat16 or float32)" if vae.options.dtype == "float16" else ""
     return (
         f"the {what} produced NaN or Inf: its input (largest |value| {input_largest:.3g}) is out of range for "
-        f"{vae.options.dtype} computation; nothing was written"
+        f"{vae.options.dtype} computation{hint}; nothing was written"
     )
 
 

@@ -87,7 +87,7 @@ def check_range(z: np.ndarray, dtype: str, *, unscaled_by: float | None = None) 
 
     Args:
         z: the latents the decode will be given (after unscaling).
-        dtype: the compute dtype, ``"float32"`` or ``"bfloat16"``.
+        dtype: the compute dtype, ``"float32"``, ``"bfloat16"`` or ``"float16"`` (largest 65504).
         unscaled_by: the scaling factor they were divided by, for the message.
     """
     import jax.numpy as jnp

@@ -190,7 +190,7 @@ def _time_taps_why_not(target, applied: frozenset[str]) -> str | None:
             "XLA:CPU's slow 3-D convolution"
         )
     if target.dtype != "float32":
-        return "in bf16 its per-tap fp32 partial sums would be activation-sized fp32 tensors"
+        return "in bf16 and fp16 its per-tap fp32 partial sums would be activation-sized fp32 tensors"
     return requires("cache_first")(target, applied)
 
 

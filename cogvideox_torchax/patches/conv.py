@@ -51,11 +51,11 @@ class FusedBiasConv:
 
 
 class JaxConv2d(FusedBiasConv, torch.nn.Conv2d):
-    """`nn.Conv2d` rounding once in bf16 (see `FusedBiasConv`)."""
+    """`nn.Conv2d` rounding once in bf16 and fp16 (see `FusedBiasConv`)."""
 
 
 class JaxConv3d(FusedBiasConv, torch.nn.Conv3d):
-    """`nn.Conv3d` rounding once in bf16 (see `FusedBiasConv`)."""
+    """`nn.Conv3d` rounding once in bf16 and fp16 (see `FusedBiasConv`)."""
 
 
 class JaxSafeConv3d(FusedBiasConv, CogVideoXSafeConv3d):
@@ -63,7 +63,7 @@ class JaxSafeConv3d(FusedBiasConv, CogVideoXSafeConv3d):
 
 
 class JaxChunkFreeSafeConv3d(FusedBiasConv, ChunkFreeSafeConv3d):
-    """`ChunkFreeSafeConv3d` rounding once in bf16."""
+    """`ChunkFreeSafeConv3d` rounding once in bf16 and fp16."""
 
 
 def apply_safe_conv(vae: torch.nn.Module) -> int:
