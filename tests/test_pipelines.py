@@ -184,3 +184,16 @@ def test_the_model_cards_float16_setup_works_after_wrapping():
     # Transformer and VAE in fp16: measured PSNR 58.8 dB against the fp32
     # pipeline (upstream's fp16 pipeline: 58.9).
     assert psnr(fp16.float(), fp32) > 40
+
+
+def test_model_offload_hooks_leave_the_wrapped_vae_working():
+    pytest.importorskip("accelerate", reason="diffusers' offload hooks are accelerate's")
+    expected = _frames(tiny_pipeline(CogVideoXPipeline, 4))
+    pipe = _ours(tiny_pipeline(CogVideoXPipeline, 4))
+    pipe.enable_model_cpu_offload(device="cpu")  # the CPU stands in for the accelerator here
+    assert_close(_frames(pipe), expected, atol=ATOL, label="model-offloaded pipeline frames")
+    # Sequential offload moves each torch parameter: the VAE has none, and
+    # says so by name instead of being silently skipped.
+    pipe = _ours(tiny_pipeline(CogVideoXPipeline, 4))
+    with pytest.raises(ct.UnsupportedAttributeError, match="state_dict"):
+        pipe.enable_sequential_cpu_offload(device="cpu")

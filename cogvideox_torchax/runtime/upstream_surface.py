@@ -49,10 +49,20 @@ INFERENCE_SURFACE = (
     "cuda",
 )
 
-# torch.nn.Module and ModelMixin attributes that diffusers' pipelines use on
-# any component and that are true of this VAE as they stand: it has no torch
-# submodules (`modules` yields itself) and its config file name is upstream's.
-_MODULE_ATTRIBUTES_KEPT = ("modules", "named_modules", "config_name", "extra_repr", "dump_patches", "call_super_init")
+# torch.nn.Module and ModelMixin attributes that diffusers' pipelines and
+# accelerate's offload hooks use on any component, and that are true of this
+# VAE as they stand: it has no torch submodules (`modules` yields itself,
+# `children` nothing) and its config file name is upstream's.
+_MODULE_ATTRIBUTES_KEPT = (
+    "modules",
+    "named_modules",
+    "children",
+    "named_children",
+    "config_name",
+    "extra_repr",
+    "dump_patches",
+    "call_super_init",
+)
 
 
 def refuse_other_module_attributes(cls: type) -> type:
