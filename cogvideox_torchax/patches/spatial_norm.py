@@ -72,7 +72,8 @@ def _block_scale_shift(normed: jax.Array, y: jax.Array, b: jax.Array) -> jax.Arr
 
 def _resize_frames(t: torch.Tensor, f_shape: tuple[int, ...], start: int, stop: int) -> torch.Tensor:
     """Frames ``start:stop`` of `_resize_like_upstream` of ``t`` to a tensor of shape ``f_shape``."""
-    indices = (_time_indices(t.shape[2], f_shape[2])[start:stop], *(nearest_indices(t.shape[a], f_shape[a]) for a in (3, 4)))
+    space = (nearest_indices(t.shape[a], f_shape[a]) for a in (3, 4))
+    indices = (_time_indices(t.shape[2], f_shape[2])[start:stop], *space)
     return interop.torch_view(functools.partial(_take_axes, indices=indices))(t)
 
 

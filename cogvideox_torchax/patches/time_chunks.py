@@ -123,7 +123,7 @@ def norm_act_conv(norm, act, conv, x: torch.Tensor, zq: torch.Tensor, norm_cache
         # The next chunk's input is built once this chunk is convolved (its
         # norm reads the statistics through the barrier): left free, XLA
         # builds every chunk's input at once, in one multi-output fusion.
-        tied = dict(zip(tied, barrier(tuple(tied.values()))))
+        tied = dict(zip(tied, barrier(tuple(tied.values())), strict=True))
         out, activated.statistics = tied["out"], tied["statistics"]
         new_cache = tied.get("cache")
         if sides:
@@ -200,7 +200,8 @@ def apply_time_chunks(vae: torch.nn.Module, chunk_elements: int = CHUNK_ELEMENTS
         for c in convs:
             policy = getattr(c, "conv_policy", None)
             if policy is not None:
-                c.conv_policy = dataclasses.replace(policy, max_elements=min(policy.max_elements or chunk_elements, chunk_elements))
+                limit = min(policy.max_elements or chunk_elements, chunk_elements)
+                c.conv_policy = dataclasses.replace(policy, max_elements=limit)
     return count
 
 
