@@ -109,6 +109,13 @@ class RuntimeOptions:
             ``conv_bias``, whose kernel splits what cuDNN cannot take.
         shard_activations: constrain activations to split width over ``tp``
             and batch over ``dp``; meshes of more than one device.
+        time_chunks: the decoder's resnet blocks convolve in time chunks
+            whose inputs are built straight from the block input
+            (`patches.TimeChunkedResnetBlock3D`): no padded input stored
+            whole (H200, bf16: 1.5 at (1,16,21,96,170) 20.40 -> 15.42 GiB,
+            2b at (1,16,13,60,90) 6.44 -> 5.68 GiB of temporaries). CUDA
+            only; needs ``group_norm``, ``conv_bias``, ``cache_first`` and
+            ``low_res_spatial_norm``.
         conv_split_elements: split any convolution whose input or output
             would hold more elements than this (`kernels.conv.ConvPolicy`);
             None takes the target's limit (below 2^31 on GPUs, below 2^31
@@ -129,6 +136,7 @@ class RuntimeOptions:
     tile_batching: bool | None = None
     chunk_free_conv: bool | None = None
     shard_activations: bool | None = None
+    time_chunks: bool | None = None
     conv_split_elements: int | None = None
 
     def __post_init__(self) -> None:

@@ -54,17 +54,57 @@ def group_norm(
         The normalised activation in ``x.dtype``.
     """
     _check(x, weight, bias, num_groups)
+    mean_c, inv_std_c = group_norm_statistics(x, num_groups=num_groups, eps=eps)
+    return group_norm_apply(x, mean_c, inv_std_c, weight, bias)
+
+
+@functools.partial(jax.jit, static_argnames=("num_groups", "eps", "by_frame"))
+def group_norm_statistics(
+    x: jax.Array,  # (N, C, T, *spatial) with by_frame, else (N, C, *spatial); any float dtype
+    *,
+    num_groups: int,
+    eps: float = 1e-5,
+    by_frame: bool = False,
+) -> tuple[jax.Array, jax.Array]:  # (N, C) f32 each
+    """Per-channel fp32 mean and ``1 / sqrt(var + eps)`` of ``x``'s groups (`group_norm`'s statistics).
+
+    With `group_norm_apply` on any part of ``x`` (a time range, say) this
+    gives `group_norm`'s values there. ``by_frame`` sums each frame (axis
+    2) apart and then the frames, both passes: the same statistics up to
+    fp32 summation order, and no reduction reads more than one frame, so
+    when ``x`` is a concatenation of time chunks XLA reads the chunks where
+    they are instead of storing ``x`` whole for the second pass.
+    """
+    _check(x, None, None, num_groups)
     n, c = x.shape[:2]
-    spatial = x.shape[2:]
-    grouped = x.reshape(n, num_groups, c // num_groups, *spatial)
-    axes = tuple(range(2, grouped.ndim))
     f32 = jnp.float32
+    parts = [x[:, :, t : t + 1] for t in range(x.shape[2])] if by_frame else [x]
+    grouped = [p.reshape(n, num_groups, c // num_groups, *p.shape[2:]) for p in parts]
+    axes = tuple(range(2, grouped[0].ndim))
+    count = x.size // (n * num_groups)
     # Both reductions read x in its own dtype and widen element by element
     # inside the reduce; no fp32 array of x's size is ever stored.
-    mean = jnp.mean(grouped, axis=axes, dtype=f32, keepdims=True)
-    var = jnp.mean(jnp.square(grouped.astype(f32) - mean), axis=axes, keepdims=True)
+    mean = sum(jnp.sum(g, axis=axes, dtype=f32, keepdims=True) for g in grouped) / count
+    var = sum(jnp.sum(jnp.square(g.astype(f32) - mean), axis=axes, keepdims=True) for g in grouped) / count
     inv_std = jax.lax.rsqrt(var + eps)  # (n, G, 1, ...)
+    per_channel = functools.partial(jnp.repeat, repeats=c // num_groups, axis=1)
+    return per_channel(mean.reshape(n, num_groups)), per_channel(inv_std.reshape(n, num_groups))
 
+
+@jax.jit
+def group_norm_apply(
+    x: jax.Array,  # (N, C, *spatial), any float dtype
+    mean_c: jax.Array,  # (N, C) f32, from group_norm_statistics
+    inv_std_c: jax.Array,  # (N, C) f32
+    weight: jax.Array | None,  # (C,) or None
+    bias: jax.Array | None,  # (C,) or None
+) -> jax.Array:  # (N, C, *spatial), x.dtype
+    """``(x - mean) * inv_std * weight + bias`` per channel, in fp32, rounded once to ``x.dtype``."""
+    n, c = x.shape[:2]
+    spatial = x.shape[2:]
+    if mean_c.shape != (n, c) or inv_std_c.shape != (n, c):
+        raise ValueError(f"statistics must be (N, C): {x.shape=}, {mean_c.shape=}, {inv_std_c.shape=}")
+    f32 = jnp.float32
     # Per (n, c): y = (x - mean) * scale + b, in fp32, rounded once to
     # x's dtype as torch does. Not folded into x * scale + (b - mean * scale):
     # that cancels catastrophically when the mean is large against the
@@ -72,9 +112,6 @@ def group_norm(
     # final cast, which XLA fuses into a single pass: nothing fp32 of x's size
     # is stored. (Doing the subtract and multiply-add in bf16 instead rounds
     # three times and cost 0.5 dB PSNR over the decoder.)
-    per_channel = functools.partial(jnp.repeat, repeats=c // num_groups, axis=1)
-    mean_c = per_channel(mean.reshape(n, num_groups))  # (n, c) f32
-    inv_std_c = per_channel(inv_std.reshape(n, num_groups))
     w = jnp.ones((c,), f32) if weight is None else weight.astype(f32)
     b = jnp.zeros((c,), f32) if bias is None else bias.astype(f32)
     scale = inv_std_c * w

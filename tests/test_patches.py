@@ -240,3 +240,19 @@ def test_nearest_override_lives_in_our_own_environment():
     ours = patches.traced_environment(True)
     assert ours is patches.traced_environment(True) and ours is not patches.traced_environment(False)
     assert ours is not torchax.default_env()  # torchax's default environment is never edited
+
+
+@pytest.mark.parametrize("chunk_frames", [3, 5])
+def test_time_chunks_decode_equals_upstream(chunk_frames):
+    # The CUDA plan's time chunks (`patches.time_chunks`), run on the CPU in
+    # fp32 with chunks of one or three output frames at full resolution:
+    # upstream's decode, scanned frame batches (caches) included.
+    upstream = ct.random_upstream("tiny", seed=2)
+    z = torch.randn(1, 4, 5, 4, 4, generator=torch.Generator().manual_seed(3))
+    expected = upstream_decode(upstream, z)
+    vae = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
+    frame = 8 * 32 * 32  # channels x full resolution of the tiny config's last up block
+    assert patches.apply_time_chunks(vae.module, chunk_elements=chunk_frames * frame) > 0
+    assert patches.apply_time_chunks(vae.module, chunk_elements=chunk_frames * frame) == 0
+    got = vae.decode(z).sample
+    assert_close(got, expected, atol=2e-5, label=f"time chunks of {chunk_frames} input frames")

@@ -28,6 +28,7 @@ def test_cpu_fp32_one_device_runs_every_cpu_patch():
     assert dict(plan.skipped) == {
         "resample_conv3d": "measured on CUDA and TPU only (their compilers' layouts and memory)",
         "shard_activations": "a one-device mesh has nothing to shard",
+        "time_chunks": "measured on CUDA only (compiled for an H200)",
     }
     assert plan.conv.channels_last and plan.conv.bias_in_fp32 and plan.conv.max_elements is None
 
@@ -56,6 +57,8 @@ def test_gpu_bf16(platform):
     assert plan.conv.bias_in_fp32 == plan.conv.fused_bias == cuda
     assert plan.conv.max_elements == GPU_MAX_CONV_ELEMENTS == 2**31 - 1
     assert "time_tap_conv" not in plan.steps and "low_res_spatial_norm" in plan.steps
+    # CUDA: the decoder's resnet blocks convolve in time chunks (compiled temp, H200).
+    assert ("time_chunks" in plan.steps) == cuda
 
 
 def test_cpu_bf16_keeps_the_fp32_bias_and_skips_time_taps():

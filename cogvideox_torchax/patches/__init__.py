@@ -21,6 +21,7 @@ module                      switches
 `causal_conv`               ``trim_conv_cache``, ``cache_first``, ``time_tap_conv``
 `resample`                  ``resample_conv3d``
 `spatial_norm`              ``low_res_spatial_norm``
+`time_chunks`               ``time_chunks``
 `frame_scan`                ``frame_scan``
 `tiling`                    ``tile_batching``
 `width_sharding`            ``shard_activations``
@@ -54,6 +55,7 @@ from cogvideox_torchax.patches.leaf_ops import JaxGroupNorm, JaxSiLU, apply_grou
 from cogvideox_torchax.patches.resample import apply_resample_conv3d
 from cogvideox_torchax.patches.spatial_norm import LowResSpatialNorm3D, apply_low_res_spatial_norm
 from cogvideox_torchax.patches.tiling import apply_tile_batching
+from cogvideox_torchax.patches.time_chunks import TimeChunkedResnetBlock3D, apply_time_chunks
 from cogvideox_torchax.patches.upsample import traced_environment
 from cogvideox_torchax.patches.width_sharding import ShardedOutputMixin, apply_width_sharding
 
@@ -72,6 +74,7 @@ __all__ = [
     "LowResSpatialNorm3D",
     "Patch",
     "ShardedOutputMixin",
+    "TimeChunkedResnetBlock3D",
     "TimeTapCausalConv3d",
     "add_mixin",
     "apply_cache_first",
@@ -84,6 +87,7 @@ __all__ = [
     "apply_safe_conv",
     "apply_silu",
     "apply_tile_batching",
+    "apply_time_chunks",
     "apply_time_tap_conv",
     "apply_width_sharding",
     "is_torchax",

@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from cogvideox_torchax.kernels.group_norm import group_norm
+from cogvideox_torchax.kernels.group_norm import group_norm, group_norm_apply, group_norm_statistics
 from cogvideox_torchax.kernels.silu import silu
 from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
 
@@ -19,6 +19,18 @@ class JaxGroupNorm(torch.nn.GroupNorm):
             return super().forward(input)
         fn = functools.partial(group_norm, num_groups=self.num_groups, eps=self.eps)
         return interop.torch_view(fn)(input, self.weight, self.bias)
+
+    def statistics(self, input: torch.Tensor, *, by_frame: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-channel fp32 mean and inverse deviation of ``input`` (torchax only), for `apply`.
+
+        ``by_frame``: see `kernels.group_norm.group_norm_statistics`.
+        """
+        fn = functools.partial(group_norm_statistics, num_groups=self.num_groups, eps=self.eps, by_frame=by_frame)
+        return interop.torch_view(fn)(input)
+
+    def apply(self, part: torch.Tensor, statistics: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """``forward`` of the tensor ``statistics`` came from, on ``part`` of it (same values there)."""
+        return interop.torch_view(group_norm_apply)(part, *statistics, self.weight, self.bias)
 
 
 class JaxSiLU(torch.nn.SiLU):

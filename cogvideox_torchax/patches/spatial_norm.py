@@ -70,6 +70,13 @@ def _block_scale_shift(normed: jax.Array, y: jax.Array, b: jax.Array) -> jax.Arr
     return (x.astype(y.dtype) * y + b).reshape(normed.shape).astype(normed.dtype)
 
 
+def _resize_frames(t: torch.Tensor, f_shape: tuple[int, ...], start: int, stop: int) -> torch.Tensor:
+    """Frames ``start:stop`` of `_resize_like_upstream` of ``t`` to a tensor of shape ``f_shape``."""
+    space = (nearest_indices(t.shape[a], f_shape[a]) for a in (3, 4))
+    indices = (_time_indices(t.shape[2], f_shape[2])[start:stop], *space)
+    return interop.torch_view(functools.partial(_take_axes, indices=indices))(t)
+
+
 def _is_pointwise(conv: CogVideoXCausalConv3d) -> bool:
     c = conv.conv
     return tuple(c.kernel_size) == (1, 1, 1) and tuple(c.stride) == (1, 1, 1) and tuple(c.padding) == (0, 0, 0)
@@ -124,6 +131,44 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
             return interop.torch_view(_block_scale_shift)(normed, y, b), new_conv_cache
         new_f = normed.to(y.dtype) * _resize_like_upstream(y, f) + _resize_like_upstream(b, f)
         return new_f.to(f.dtype), new_conv_cache
+
+
+    def frames(self, f: torch.Tensor, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None = None):
+        """``forward`` frame range by frame range: ``(FrameNorm, new_conv_cache)``.
+
+        The `FrameNorm`'s ``(start, stop)`` is ``forward(f, zq)[0][:, :,
+        start:stop]``, computed from those frames of ``f`` alone (the group
+        norm's statistics over all of ``f`` are taken once, here). None
+        where ``forward`` would not run this way (eagerly, without
+        `leaf_ops.JaxGroupNorm`, or with ``block_broadcast``).
+        """
+        if (not is_torchax(f) or self.block_broadcast or not hasattr(self.norm_layer, "statistics")
+                or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b))):
+            return None, None
+        conv_cache = conv_cache or {}
+        new_conv_cache = {}
+        fp32 = isinstance(self.conv_y.conv, FusedBiasConv) and isinstance(self.conv_b.conv, FusedBiasConv)
+        zq_in = zq.float() if fp32 else zq
+        y, new_conv_cache["conv_y"] = self.conv_y(zq_in, conv_cache=conv_cache.get("conv_y"))
+        b, new_conv_cache["conv_b"] = self.conv_b(zq_in, conv_cache=conv_cache.get("conv_b"))
+        return FrameNorm(self.norm_layer, f, self.norm_layer.statistics(f, by_frame=True), y, b), new_conv_cache
+
+
+class FrameNorm:
+    """`LowResSpatialNorm3D` of one input, by frame ranges: ``norm(start, stop)``.
+
+    ``statistics`` (the group norm's, small) may be replaced by the same
+    values passed through a barrier, to order the ranges' computations.
+    """
+
+    def __init__(self, norm_layer, f: torch.Tensor, statistics, y: torch.Tensor, b: torch.Tensor) -> None:
+        self.norm_layer, self.f, self.statistics, self.y, self.b = norm_layer, f, statistics, y, b
+
+    def __call__(self, start: int, stop: int) -> torch.Tensor:
+        f, y = self.f, self.y
+        normed = self.norm_layer.apply(f[:, :, start:stop], self.statistics)
+        scale, shift = (_resize_frames(v, tuple(f.shape), start, stop) for v in (y, self.b))
+        return (normed.to(y.dtype) * scale + shift).to(f.dtype)
 
 
 def apply_low_res_spatial_norm(vae: torch.nn.Module, *, block_broadcast: bool = False) -> int:

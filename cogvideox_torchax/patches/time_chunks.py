@@ -1,0 +1,214 @@
+"""The decoder's resnet blocks convolving in time chunks built straight from the block's input.
+
+In a resnet block, ``norm -> SiLU -> causal conv`` stores the conv's
+padded input (the two cached frames and the activated frames) whole; the
+block input stays alive beside it for the residual, and a convolution
+over 2^31 elements (CUDA) was then cut into time slices of that padded
+input, each one more copy. Here each convolution runs on time chunks of
+its output, and each chunk's input (``halo`` cached or earlier frames and
+its own) is built from the block input's frames by the norm (statistics
+over the whole frame batch, taken once), the SiLU and the cache
+concatenation in one pass: nothing activation-sized but the chunks'
+inputs and outputs is stored, and only while that chunk convolves. The
+outputs are joined along time; XLA never stores the join where every
+user reads it in parts (the next norm's statistics and chunks).
+
+The shortcut convolution and the upsamplers' convolutions are split at
+the same size (`kernels.conv.ConvPolicy.max_elements`), so an upsampler's
+output chunks are exactly the shortcut's input chunks and the block input
+after an upsampler is never stored whole either.
+
+The shortcut of a block that changes channels runs on the input's frames
+as the chunks stop reading them, so the input dies frame by frame.
+
+Values are upstream's: the same norm (`leaf_ops.JaxGroupNorm.apply` with
+the batch's statistics, summed frame by frame), the same cache
+(``padded[:, :, -halo:]``), the same convolution on every output frame.
+
+Measured, compiled for an H200 (bf16, `python -m bench.targets --target
+h200`), temporaries: CogVideoX 1.5 at (1,16,21,96,170) 20.40 -> 15.42
+GiB, 2b at (1,16,13,60,90) 6.44 -> 5.68 GiB; still no activation moved
+to another layout, the same 12 copies (the scan's latent-size caches);
+convolutions 238 -> 443 and 234 -> 289 (the chunks). The peak was in the
+scan step at the 1.5 model's first 256 -> 128 convolution: all conv
+caches (8.3 GiB, carried) beside its 5 GiB padded input, a 4 GiB time
+slice of it (copied for the 2^31 split) and the block input. Each step
+mattered: chunks built from the input 17.11 (their inputs built one
+after another: a barrier on the statistics; left free, XLA built all at
+once in one multi-output fusion), statistics frame by frame 15.64 (else
+the first pass stored the joined input for the second), the new cache
+taken after the old one's last reader (15.64 -> 16.42, but no longer 8
+cache copies in the scan), the shortcut frame by frame as the chunks pass
+(15.42). Adding the residual chunk by chunk was worse (16.98 / 5.77).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXResnetBlock3D
+from diffusers.models.upsampling import CogVideoXUpsample3D
+
+from cogvideox_torchax.patches.base import Patch, barrier, is_torchax, requires, swap_classes
+from cogvideox_torchax.patches.causal_conv import CacheFirstCausalConv3d
+
+# Elements of a chunk's input or output: one frame of the 1.5 model's
+# 256-channel activations at 768x1360 (267 M), three of the 2b's at 480x720.
+CHUNK_ELEMENTS = 2**28
+
+
+def _chunk_frames(conv: torch.nn.Module, x: torch.Tensor, chunk_elements: int) -> int:
+    """Output frames per chunk of ``conv`` (a causal conv) on ``x``: inputs and outputs within ``chunk_elements``."""
+    halo = conv.time_kernel_size - 1
+    in_frame = math.prod(x.shape[:2]) * math.prod(x.shape[3:])
+    out_frame = x.shape[0] * conv.conv.out_channels * math.prod(x.shape[3:])
+    return max(1, min(chunk_elements // in_frame - halo, chunk_elements // out_frame))
+
+
+def norm_act_conv(norm, act, conv, x: torch.Tensor, zq: torch.Tensor, norm_cache, conv_cache, chunk_elements: int,
+                  side=None):
+    """``conv(act(norm(x, zq)))`` as upstream's resnet block computes it, chunk by chunk in time.
+
+    ``side(frames)``, if given, is computed on ``x``'s frames as soon as
+    no chunk reads them any more, and its results are
+    returned joined (the block's shortcut: the input's frames die as the
+    chunks pass them).
+
+    Returns:
+        ``(outputs, new_norm_cache, new_conv_cache, side_output)``, the
+        outputs a list of time chunks in order, or None where this
+        does not apply (then the caller runs upstream's code).
+    """
+    # Time taps carry partial sums as their cache, not input frames.
+    if type(conv) is not CacheFirstCausalConv3d or conv.pad_mode == "replicate":
+        return None
+    frames = x.shape[2]
+    per_chunk = _chunk_frames(conv, x, chunk_elements)
+    if per_chunk >= frames:
+        return None
+    activated, new_norm_cache = norm.frames(x, zq, norm_cache)
+    if activated is None:
+        return None
+    halo = conv.time_kernel_size - 1
+    # Upstream pads with the cache, or with the first activated frame repeated.
+    head = conv_cache if conv_cache is not None else torch.cat([act(activated(0, 1))] * halo, dim=2)
+
+    def padded(start: int, stop: int) -> torch.Tensor:  # frames start:stop of cat(head, act(norm(x)))
+        parts = []
+        if start < halo:
+            parts.append(head[:, :, start : min(stop, halo)])
+        if stop > halo:
+            parts.append(act(activated(max(start - halo, 0), stop - halo)))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+    outputs, new_cache, sides, done = [], None, [], 0
+    for start in range(0, frames, per_chunk):
+        stop = min(start + per_chunk, frames)
+        out = conv.conv(padded(start, stop + halo))
+        tied = {"out": out, "statistics": activated.statistics}
+        if new_cache is not None:
+            tied["cache"] = new_cache
+        if sides:
+            tied["side"] = sides[-1]
+        # Frames of x the next chunk does not read go to the side
+        # computation after this chunk (through the barrier), not before.
+        free = frames if stop == frames else max(stop - halo, 0)
+        if side is not None and free > done:
+            # Frame by frame: a range across the chunks x was joined from
+            # would be stored joined.
+            tied["frames"] = tuple(x[:, :, t : t + 1] for t in range(done, free))
+            done = free
+        # The next chunk's input is built once this chunk is convolved (its
+        # norm reads the statistics through the barrier): left free, XLA
+        # builds every chunk's input at once, in one multi-output fusion.
+        tied = dict(zip(tied, barrier(tuple(tied.values())), strict=True))
+        out, activated.statistics = tied["out"], tied["statistics"]
+        new_cache = tied.get("cache")
+        if sides:
+            sides[-1] = tied["side"]
+        if "frames" in tied:
+            sides.append(torch.cat([side(f) for f in tied["frames"]], dim=2))
+        outputs.append(out)
+        if new_cache is None and start + per_chunk >= halo:
+            # Upstream's cache, padded[:, :, -halo:], taken once no chunk
+            # reads the old cache any more (through the statistics), and
+            # before the next chunk (the barrier above): the scan then
+            # writes it in the old one's place instead of copying it there,
+            # and nothing keeps the input alive for it.
+            new_cache = padded(frames, frames + halo).clone()
+    if new_cache is None:
+        new_cache = padded(frames, frames + halo).clone()
+    side_output = None if side is None else torch.cat(sides, dim=2)
+    return outputs, new_norm_cache, new_cache, side_output
+
+
+class TimeChunkedResnetBlock3D(CogVideoXResnetBlock3D):
+    """A decoder `CogVideoXResnetBlock3D` whose two causal convolutions run in time chunks (`norm_act_conv`)."""
+
+    chunk_elements: int = CHUNK_ELEMENTS
+
+    def forward(self, inputs, temb=None, zq=None, conv_cache=None):
+        if not is_torchax(inputs) or zq is None or temb is not None or self.use_conv_shortcut:
+            return super().forward(inputs, temb, zq, conv_cache)
+        conv_cache = conv_cache or {}
+        shortcut = None
+        if self.in_channels != self.out_channels:
+            shortcut = self.conv_shortcut
+        first = norm_act_conv(self.norm1, self.nonlinearity, self.conv1, inputs, zq, conv_cache.get("norm1"),
+                              conv_cache.get("conv1"), self.chunk_elements, side=shortcut)
+        if first is None:
+            return super().forward(inputs, temb, zq, conv_cache)
+        new_conv_cache = {}
+        outputs, new_conv_cache["norm1"], new_conv_cache["conv1"], residual = first
+        if residual is None:
+            residual = inputs
+        hidden_states = torch.cat(outputs, dim=2)
+        act = lambda h: self.dropout(self.nonlinearity(h))  # noqa: E731  (upstream: SiLU, then dropout)
+        second = norm_act_conv(self.norm2, act, self.conv2, hidden_states, zq,
+                               conv_cache.get("norm2"), conv_cache.get("conv2"), self.chunk_elements)
+        if second is None:
+            hidden_states, new_conv_cache["norm2"] = self.norm2(hidden_states, zq, conv_cache=conv_cache.get("norm2"))
+            hidden_states = self.dropout(self.nonlinearity(hidden_states))
+            hidden_states, new_conv_cache["conv2"] = self.conv2(hidden_states, conv_cache=conv_cache.get("conv2"))
+            outputs = [hidden_states]
+        else:
+            outputs, new_conv_cache["norm2"], new_conv_cache["conv2"], _ = second
+        return torch.cat(outputs, dim=2) + residual, new_conv_cache
+
+
+def apply_time_chunks(vae: torch.nn.Module, chunk_elements: int = CHUNK_ELEMENTS) -> int:
+    """Makes the decoder's resnet blocks `TimeChunkedResnetBlock3D`; splits shortcuts and upsamplers alike.
+
+    Needs `leaf_ops.apply_group_norm`, `spatial_norm.apply_low_res_spatial_norm`,
+    `causal_conv.apply_cache_first` and `conv.apply_conv_bias` applied first.
+
+    Returns:
+        How many modules changed class in this call (0 on a second call).
+    """
+    decoder = getattr(vae, "decoder", vae)
+    count = swap_classes(decoder, {CogVideoXResnetBlock3D: TimeChunkedResnetBlock3D})
+    for module in decoder.modules():
+        if isinstance(module, TimeChunkedResnetBlock3D):
+            module.chunk_elements = chunk_elements
+        convs = []
+        if isinstance(module, TimeChunkedResnetBlock3D) and module.in_channels != module.out_channels:
+            convs.append(getattr(module, "conv_shortcut", None))
+        if isinstance(module, CogVideoXUpsample3D):
+            convs.append(module.conv)
+        for c in convs:
+            policy = getattr(c, "conv_policy", None)
+            if policy is not None:
+                limit = min(policy.max_elements or chunk_elements, chunk_elements)
+                c.conv_policy = dataclasses.replace(policy, max_elements=limit)
+    return count
+
+
+def _why_not(target, applied: frozenset[str]) -> str | None:
+    if target.platform != "cuda":
+        return "measured on CUDA only (compiled for an H200)"
+    return requires("group_norm", "conv_bias", "cache_first", "low_res_spatial_norm")(target, applied)
+
+
+PATCHES = (Patch("time_chunks", 105, lambda m, plan, mesh: apply_time_chunks(m), _why_not),)
