@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import loading
 from cogvideox_torchax.cli import decode
+from cogvideox_torchax.io import model_files
 
 FUZZ = settings(
     max_examples=100,
@@ -203,7 +203,7 @@ BAD_VALUES = {
     "scaling_factor": st.one_of(JUNK, st.floats(max_value=0), st.just(float("nan")), st.just(float("inf")), st.just(1e-320)),
     "norm_eps": st.one_of(JUNK, st.floats(max_value=0), st.just(float("nan")), st.just(float("inf"))),
     "shift_factor": st.one_of(st.text(max_size=4), st.just(float("nan")), st.just([1.0])),
-    "act_fn": st.one_of(st.text(max_size=8).filter(lambda a: a not in loading.ACT2CLS), st.integers(), st.none()),
+    "act_fn": st.one_of(st.text(max_size=8).filter(lambda a: a not in model_files.ACT2CLS), st.integers(), st.none()),
     "down_block_types": st.one_of(
         JUNK, st.lists(st.sampled_from(["CogVideoXDownBlock3D", "DownBlock2D"]), max_size=6)
     ).filter(lambda v: v != ["CogVideoXDownBlock3D"] * 4),
@@ -227,7 +227,7 @@ def test_broken_configs_are_refused_naming_the_key(saved_tiny, key, data):
         model = sandbox / "model"
         model.mkdir()
         (model / "config.json").write_text(json.dumps(config))
-        (model / loading.WEIGHTS_NAME).symlink_to(folder / loading.WEIGHTS_NAME)
+        (model / model_files.WEIGHTS_NAME).symlink_to(folder / model_files.WEIGHTS_NAME)
         argv = [str(latents_file), "--model", str(model), *TINY, "-o", str(sandbox / "o.mp4")]
         _assert_refused(argv, sandbox, must_name=f"'{key}'")
 
@@ -246,7 +246,7 @@ def test_unparsable_configs_are_refused(saved_tiny, text):
         model = sandbox / "model"
         model.mkdir()
         (model / "config.json").write_bytes(text)
-        (model / loading.WEIGHTS_NAME).symlink_to(folder / loading.WEIGHTS_NAME)
+        (model / model_files.WEIGHTS_NAME).symlink_to(folder / model_files.WEIGHTS_NAME)
         _assert_refused([str(latents_file), "--model", str(model), *TINY, "-o", str(sandbox / "o.npy")], sandbox)
 
 

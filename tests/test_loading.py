@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import loading
+from cogvideox_torchax.io import model_files
 from tests.conftest import upstream_decode
 from tests.parity import assert_close
 
@@ -49,7 +49,7 @@ def test_save_pretrained_round_trip(saved, expected):
 def test_sharded_checkpoint_and_subfolder(tiny_upstream, tmp_path, expected):
     tiny_upstream.save_pretrained(tmp_path / "vae", max_shard_size="20KB")
     shards = list((tmp_path / "vae").glob("*.safetensors"))
-    assert len(shards) > 1 and (tmp_path / "vae" / loading.WEIGHTS_INDEX_NAME).is_file()
+    assert len(shards) > 1 and (tmp_path / "vae" / model_files.WEIGHTS_INDEX_NAME).is_file()
     vae = ct.from_pretrained(tmp_path, subfolder="vae", mesh="dp=1,tp=1")
     assert_close(vae.decode(Z).sample, expected, atol=2e-5, label="sharded")
 
@@ -63,9 +63,9 @@ def test_bfloat16_load_casts_weights(saved):
 
 def _copy_with(saved, tmp_path, edit):
     (tmp_path / "config.json").write_text((saved / "config.json").read_text())
-    state = load_file(saved / loading.WEIGHTS_NAME)
+    state = load_file(saved / model_files.WEIGHTS_NAME)
     edit(state)
-    save_file(state, tmp_path / loading.WEIGHTS_NAME)
+    save_file(state, tmp_path / model_files.WEIGHTS_NAME)
     return tmp_path
 
 
@@ -105,7 +105,7 @@ def test_folder_errors(saved, tmp_path):
     (tmp_path / "config.json").write_text((saved / "config.json").read_text())
     with pytest.raises(ct.ModelLoadError, match="no safetensors weights"):
         ct.from_pretrained(tmp_path)
-    (tmp_path / loading.WEIGHTS_NAME).write_bytes(b"not safetensors")
+    (tmp_path / model_files.WEIGHTS_NAME).write_bytes(b"not safetensors")
     with pytest.raises(ct.ModelLoadError, match="cannot read weights"):
         ct.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL"}))
@@ -151,7 +151,7 @@ def _fake_hub_cache(root, saved):
     repo = root / "models--acme--tiny-cogvideox"
     snapshot = repo / "snapshots" / ("0" * 40) / "vae"
     snapshot.mkdir(parents=True)
-    for name in ("config.json", loading.WEIGHTS_NAME):
+    for name in ("config.json", model_files.WEIGHTS_NAME):
         (snapshot / name).write_bytes((saved / name).read_bytes())
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0" * 40)
@@ -199,7 +199,7 @@ def test_bad_config_value_is_named(saved, tmp_path, key, value):
     config = json.loads((saved / "config.json").read_text())
     config[key] = value
     (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / loading.WEIGHTS_NAME).symlink_to(saved / loading.WEIGHTS_NAME)
+    (tmp_path / model_files.WEIGHTS_NAME).symlink_to(saved / model_files.WEIGHTS_NAME)
     with pytest.raises(ct.ModelLoadError, match=f"'{key}' is"):
         ct.from_pretrained(tmp_path)
     with pytest.raises(ct.ModelLoadError, match=f"'{key}' is"):
@@ -209,13 +209,13 @@ def test_bad_config_value_is_named(saved, tmp_path, key, value):
 @pytest.mark.parametrize("where", ["absolute", "parent"])
 def test_index_shard_outside_the_folder_is_refused(saved, tmp_path, where):
     outside = tmp_path / "outside.safetensors"
-    outside.write_bytes((saved / loading.WEIGHTS_NAME).read_bytes())
+    outside.write_bytes((saved / model_files.WEIGHTS_NAME).read_bytes())
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text((saved / "config.json").read_text())
     name = str(outside) if where == "absolute" else "../outside.safetensors"
-    keys = load_file(saved / loading.WEIGHTS_NAME).keys()
-    (model / loading.WEIGHTS_INDEX_NAME).write_text(json.dumps({"weight_map": dict.fromkeys(keys, name)}))
+    keys = load_file(saved / model_files.WEIGHTS_NAME).keys()
+    (model / model_files.WEIGHTS_INDEX_NAME).write_text(json.dumps({"weight_map": dict.fromkeys(keys, name)}))
     with pytest.raises(ct.ModelLoadError, match="names a shard outside the model folder"):
         ct.from_pretrained(model)
 
