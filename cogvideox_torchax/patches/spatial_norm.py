@@ -118,20 +118,24 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
     def forward(self, f: torch.Tensor, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None = None):
         if not is_torchax(f) or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b)):
             return super().forward(f, zq, conv_cache)
-        conv_cache = conv_cache or {}
-        new_conv_cache = {}
-        # Our conv kernel casts the weights to the input's dtype; torchax's
-        # own lowering would not, so without it zq stays as it is.
-        fp32 = isinstance(self.conv_y.conv, FusedBiasConv) and isinstance(self.conv_b.conv, FusedBiasConv)
-        zq_in = zq.float() if fp32 else zq
-        y, new_conv_cache["conv_y"] = self.conv_y(zq_in, conv_cache=conv_cache.get("conv_y"))
-        b, new_conv_cache["conv_b"] = self.conv_b(zq_in, conv_cache=conv_cache.get("conv_b"))
+        y, b, new_conv_cache = self._scale_shift(zq, conv_cache)
         normed = self.norm_layer(f)
         if self.block_broadcast and _blocks_of(y.shape, f.shape) is not None:
             return interop.torch_view(_block_scale_shift)(normed, y, b), new_conv_cache
         new_f = normed.to(y.dtype) * _resize_like_upstream(y, f) + _resize_like_upstream(b, f)
         return new_f.to(f.dtype), new_conv_cache
 
+    def _scale_shift(self, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None):
+        # Scale and shift at latent size, and their convs' caches. Our conv
+        # kernel casts the weights to the input's dtype; torchax's own
+        # lowering would not, so without it zq stays as it is.
+        conv_cache = conv_cache or {}
+        new_conv_cache = {}
+        fp32 = isinstance(self.conv_y.conv, FusedBiasConv) and isinstance(self.conv_b.conv, FusedBiasConv)
+        zq_in = zq.float() if fp32 else zq
+        y, new_conv_cache["conv_y"] = self.conv_y(zq_in, conv_cache=conv_cache.get("conv_y"))
+        b, new_conv_cache["conv_b"] = self.conv_b(zq_in, conv_cache=conv_cache.get("conv_b"))
+        return y, b, new_conv_cache
 
     def frames(self, f: torch.Tensor, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None = None):
         """``forward`` frame range by frame range: ``(FrameNorm, new_conv_cache)``.
@@ -145,12 +149,7 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
         if (not is_torchax(f) or self.block_broadcast or not hasattr(self.norm_layer, "statistics")
                 or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b))):
             return None, None
-        conv_cache = conv_cache or {}
-        new_conv_cache = {}
-        fp32 = isinstance(self.conv_y.conv, FusedBiasConv) and isinstance(self.conv_b.conv, FusedBiasConv)
-        zq_in = zq.float() if fp32 else zq
-        y, new_conv_cache["conv_y"] = self.conv_y(zq_in, conv_cache=conv_cache.get("conv_y"))
-        b, new_conv_cache["conv_b"] = self.conv_b(zq_in, conv_cache=conv_cache.get("conv_b"))
+        y, b, new_conv_cache = self._scale_shift(zq, conv_cache)
         return FrameNorm(self.norm_layer, f, self.norm_layer.statistics(f, by_frame=True), y, b), new_conv_cache
 
 
