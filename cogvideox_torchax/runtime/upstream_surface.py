@@ -74,13 +74,12 @@ def refuse_other_module_attributes(cls: type) -> type:
     that raises `UnsupportedAttributeError` as upstream attributes missing
     here do, so ``hasattr`` says no.
     """
-    for base in cls.__mro__[1:]:
-        if base.__module__.startswith(("torch.", "diffusers.")):
-            for name in vars(base):
-                if name.startswith("_") or name in INFERENCE_SURFACE or name in _MODULE_ATTRIBUTES_KEPT:
-                    continue
-                if name not in vars(cls):
-                    setattr(cls, name, property(functools.partial(UpstreamSurface.__getattr__, name=name)))
+    names = {name for base in cls.__mro__ for name in vars(base) if not name.startswith("_")}
+    for name in sorted(names - set(INFERENCE_SURFACE) - set(_MODULE_ATTRIBUTES_KEPT)):
+        # Refused only where torch's or diffusers' definition is the one found (ours win).
+        owner = next(base for base in cls.__mro__ if name in vars(base))
+        if owner.__module__.startswith(("torch.", "diffusers.")):
+            setattr(cls, name, property(functools.partial(UpstreamSurface.__getattr__, name=name)))
     return cls
 
 
