@@ -184,9 +184,11 @@ def check_config(config: Mapping[str, Any], source: str = "config") -> None:
         raise bad("force_upcast", "true or false")
 
 
-def _with_variant(name: str, variant: str | None) -> str:
-    # As diffusers names a variant's files: before the last suffix
-    # (diffusion_pytorch_model.fp16.safetensors, ....safetensors.index.fp16.json).
+def with_variant(name: str, variant: str | None) -> str:
+    """``name`` of ``variant``, as diffusers names a variant's files: before the last suffix.
+
+    (``diffusion_pytorch_model.fp16.safetensors``, ``....safetensors.index.fp16.json``.)
+    """
     if not variant:
         return name
     stem, _, suffix = name.rpartition(".")
@@ -194,7 +196,7 @@ def _with_variant(name: str, variant: str | None) -> str:
 
 
 def _weight_files(folder: Path, variant: str | None = None) -> list[Path]:
-    index = folder / _with_variant(WEIGHTS_INDEX_NAME, variant)
+    index = folder / with_variant(WEIGHTS_INDEX_NAME, variant)
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
@@ -214,7 +216,7 @@ def _weight_files(folder: Path, variant: str | None = None) -> list[Path]:
                 raise ModelLoadError(f"{str(index)!r} names a missing shard {name!r}")
             files.append(f)
         return files
-    single = folder / _with_variant(WEIGHTS_NAME, variant)
+    single = folder / with_variant(WEIGHTS_NAME, variant)
     if single.is_file():
         return [single]
     if variant:

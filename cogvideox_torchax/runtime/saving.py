@@ -8,16 +8,10 @@ from typing import Any
 
 import torch
 
+from cogvideox_torchax.io.model_files import WEIGHTS_NAME, with_variant
 from cogvideox_torchax.io.outputs import atomic_output
 from cogvideox_torchax.parallel import distributed
 from cogvideox_torchax.runtime.programs import to_host_torch
-
-WEIGHTS_NAME = "diffusion_pytorch_model"
-
-
-def weights_file(variant: str | None = None) -> str:
-    """Upstream's weights file name: ``diffusion_pytorch_model[.variant].safetensors``."""
-    return f"{WEIGHTS_NAME}.{variant}.safetensors" if variant else f"{WEIGHTS_NAME}.safetensors"
 
 
 def save_pretrained(
@@ -64,6 +58,6 @@ def save_pretrained(
         upstream = AutoencoderKLCogVideoX.from_config(dict(config))
     with atomic_output(folder / "config.json", overwrite=True) as tmp:
         tmp.write_text(upstream.to_json_string())
-    with atomic_output(folder / weights_file(variant), overwrite=True) as tmp:
+    with atomic_output(folder / with_variant(WEIGHTS_NAME, variant), overwrite=True) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
     return folder
