@@ -1,6 +1,7 @@
 """Each apply_* patch alone: idempotent, state dict untouched, same result."""
 
 import re
+import types
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,7 @@ from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafe
 import cogvideox_torchax as ct
 from cogvideox_torchax import patches
 from cogvideox_torchax._torch_compat import import_torchax
-from cogvideox_torchax.patches import frame_scan, tiling
+from cogvideox_torchax.patches import frame_scan, tiling, time_chunks
 from tests.conftest import upstream_decode
 from tests.parity import assert_close
 
@@ -243,7 +244,7 @@ def test_nearest_override_lives_in_our_own_environment():
 
 
 @pytest.mark.parametrize("chunk_frames", [3, 5])
-def test_time_chunks_decode_equals_upstream(chunk_frames):
+def test_time_chunks_decode_equals_upstream(chunk_frames, monkeypatch):
     # The CUDA plan's time chunks (`patches.time_chunks`), run on the CPU in
     # fp32 with chunks of one or three output frames at full resolution:
     # upstream's decode, scanned frame batches (caches) included.
@@ -252,7 +253,30 @@ def test_time_chunks_decode_equals_upstream(chunk_frames):
     expected = upstream_decode(upstream, z)
     vae = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
     frame = 8 * 32 * 32  # channels x full resolution of the tiny config's last up block
-    assert patches.apply_time_chunks(vae.module, chunk_elements=chunk_frames * frame) > 0
-    assert patches.apply_time_chunks(vae.module, chunk_elements=chunk_frames * frame) == 0
+    # whole_elements=0: every convolution in chunks (the tiny config is far below the default).
+    assert patches.apply_time_chunks(vae.module, chunk_elements=chunk_frames * frame, whole_elements=0) > 0
+    assert patches.apply_time_chunks(vae.module, chunk_elements=chunk_frames * frame, whole_elements=0) == 0
+    chunk_counts = []
+    norm_act_conv = time_chunks.norm_act_conv
+
+    def counting(*args, **kwargs):
+        result = norm_act_conv(*args, **kwargs)
+        chunk_counts.append(0 if result is None else len(result[0]))
+        return result
+
+    monkeypatch.setattr(time_chunks, "norm_act_conv", counting)
     got = vae.decode(z).sample
+    assert max(chunk_counts) > 1  # some convolution did run in chunks
     assert_close(got, expected, atol=2e-5, label=f"time chunks of {chunk_frames} input frames")
+
+
+def test_time_chunks_leave_small_convolutions_whole():
+    # `time_chunks.WHOLE_ELEMENTS`: a convolution whose padded input and
+    # output hold at most that many elements runs whole (its chunks cost
+    # compile time and saved little memory).
+    conv = types.SimpleNamespace(time_kernel_size=3, conv=types.SimpleNamespace(out_channels=128))
+    x = types.SimpleNamespace(shape=(1, 128, 8, 480, 720))  # the 2b model's last up block: 0.74 x 2^30
+    assert time_chunks._chunk_frames(conv, x, 2**28, 2**30) is None
+    wide = types.SimpleNamespace(shape=(1, 256, 8, 480, 720))  # its first convolution, 256 -> 128: 1.15 x 2^30
+    assert time_chunks._chunk_frames(conv, wide, 2**28, 2**30) == 1
+    assert time_chunks._chunk_frames(conv, x, 2**28, 0) == 4
