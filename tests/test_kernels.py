@@ -256,6 +256,28 @@ def test_conv_bad_shapes_are_named(kwargs, match):
 
 
 @pytest.mark.parametrize(
+    "idx,gathers",
+    [
+        (np.arange(7), 0),  # identity: x itself
+        (np.array([0, 1, 1, 2, 2, 3, 3]), 0),  # upstream's time resize: first frame apart, the rest doubled
+        (np.repeat(np.arange(7), 3), 0),  # an integer ratio
+        (np.array([0, 0, 1, 1, 1, 2, 3]), 0),  # three runs
+        (np.array([3, 1, 2]), 1),  # not sorted: one gather
+        (np.arange(18) % 2 * 6, 1),  # more runs than are worth slicing
+    ],
+)
+def test_take_indices_equals_take(idx, gathers):
+    from cogvideox_torchax.kernels.upsample import take_indices
+
+    x = jnp.arange(2 * 3 * 7 * 5, dtype=jnp.float32).reshape(2, 3, 7, 5)
+    got = take_indices(x, idx, 2)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jnp.take(x, jnp.asarray(idx), axis=2)))
+    text = jax.jit(lambda v: take_indices(v, idx, 2)).lower(x).as_text()
+    assert text.count('"stablehlo.gather"') == gathers
+    assert "stablehlo.compare" not in text  # no bounds handling: the indices are valid by construction
+
+
+@pytest.mark.parametrize(
     "shape,kwargs",
     [
         ((1, 3, 4, 5), dict(scale_factor=2.0)),  # the upsamplers, 2-D

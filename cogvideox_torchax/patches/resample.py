@@ -28,7 +28,7 @@ from diffusers.models.downsampling import CogVideoXDownsample3D
 from diffusers.models.upsampling import CogVideoXUpsample3D
 
 from cogvideox_torchax.kernels.conv import conv
-from cogvideox_torchax.kernels.upsample import first_frame_apart_indices, nearest
+from cogvideox_torchax.kernels.upsample import first_frame_apart_indices, nearest, take_indices
 from cogvideox_torchax.patches.base import Patch, interop, is_torchax, requires, swap_classes
 
 
@@ -52,7 +52,7 @@ def upsample(x: jax.Array, compress_time: bool) -> jax.Array:
     t, h, w = x.shape[2:]
     if compress_time and t > 1 and t % 2 == 1:
         frames = first_frame_apart_indices(t, 2 * (t - 1) + 1, 2.0)
-        x, compress_time = jnp.take(x, jnp.asarray(frames, jnp.int32), axis=2), False
+        x, compress_time = take_indices(x, frames, 2), False
     t = x.shape[2]
     if compress_time and t > 1:
         return nearest(x, (2 * t, 2 * h, 2 * w), (2.0, 2.0, 2.0))

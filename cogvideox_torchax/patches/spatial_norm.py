@@ -10,15 +10,14 @@ import numpy as np
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d, CogVideoXSpatialNorm3D
 
-from cogvideox_torchax.kernels.upsample import first_frame_apart_indices, nearest_indices
+from cogvideox_torchax.kernels.upsample import first_frame_apart_indices, nearest_indices, take_indices
 from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
 from cogvideox_torchax.patches.conv import FusedBiasConv
 
 
 def _take_axes(x: jax.Array, indices: tuple[np.ndarray, ...]) -> jax.Array:
     for axis, idx in enumerate(indices, start=2):
-        if not np.array_equal(idx, np.arange(x.shape[axis])):
-            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis)
+        x = take_indices(x, idx, axis)
     return x
 
 
@@ -62,9 +61,9 @@ def _block_scale_shift(normed: jax.Array, y: jax.Array, b: jax.Array) -> jax.Arr
     The barrier stores the normalised input once in its own dtype: without
     it the TPU compiler stored its fp32 upcast and a relayouted copy of that.
     """
-    t_idx = jnp.asarray(_time_indices(y.shape[2], normed.shape[2]), jnp.int32)
+    t_idx = _time_indices(y.shape[2], normed.shape[2])
     rh, rw = _blocks_of(y.shape, normed.shape)
-    y, b = (jnp.repeat(jnp.take(v, t_idx, axis=2), rw, axis=4)[:, :, :, :, None] for v in (y, b))
+    y, b = (jnp.repeat(take_indices(v, t_idx, 2), rw, axis=4)[:, :, :, :, None] for v in (y, b))
     n, c, t, h, _, w = y.shape
     x = jax.lax.optimization_barrier(normed).reshape(n, c, t, h, rh, w)
     return (x.astype(y.dtype) * y + b).reshape(normed.shape).astype(normed.dtype)
