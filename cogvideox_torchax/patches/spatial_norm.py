@@ -16,8 +16,12 @@ from cogvideox_torchax.patches.conv import FusedBiasConv
 
 
 def _take_axes(x: jax.Array, indices: tuple[np.ndarray, ...]) -> jax.Array:
+    # Gathers, not `take_indices`' repeats: XLA GPU fuses a gather of the
+    # latent-size scale into the norm's multiply-add; the repeats' reshape
+    # it stored at full size (1.5 headline, H200: 15.42 -> 16.08 GiB).
     for axis, idx in enumerate(indices, start=2):
-        x = take_indices(x, idx, axis)
+        if not np.array_equal(idx, np.arange(x.shape[axis])):
+            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis, mode="clip")
     return x
 
 
