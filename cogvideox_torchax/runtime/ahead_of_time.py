@@ -3,7 +3,8 @@
 `AheadOfTime` is a mixin over the class's ``programs`` (`ProgramCache`),
 ``planner`` (`Planner`), ``check_latents`` and ``check_video``: what a
 program would be (lowered, compiled, for this machine or a named
-accelerator) and which memory plan a shape gets.
+accelerator), which memory plan a shape gets, and the compiled programs
+kept per shape.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from cogvideox_torchax.runtime.programs import ProgramKey
 
 
 class AheadOfTime:
-    """Programs and plans for a shape, lowered, compiled or planned without running them."""
+    """Programs and plans for a shape, lowered, compiled or planned without running them; the compiled ones kept."""
 
     def lower_decode(
         self, shape: tuple[int, ...], *, platform: str | None = None, target: str | None = None, mesh: Any = None
@@ -98,3 +99,25 @@ class AheadOfTime:
             MemoryBudgetError: no smaller plan exists.
         """
         return self.planner.smaller(kind, tuple(shape), choose_it=choose)
+
+    def reset_programs(self) -> None:
+        """Starts the programs afresh (the module's tiling switches are read while tracing) and forgets every plan."""
+        self.programs.reset()
+        self.planner.forget()
+
+    def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:
+        """The input shapes that have a compiled ``kind`` (``"decode"`` or ``"encode"``) program, oldest first."""
+        return [key[1] for key in self.planner.plans() if len(key) == 2 and key[0] == kind]
+
+    def clear_compiled(self, *, jax_caches: bool = False) -> None:
+        """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
+
+        Each shape keeps its executable in host memory until this is called;
+        copies of the weights on other meshes go too. ``jax_caches`` also
+        calls `jax.clear_caches()` (every jitted function in the process
+        recompiles on its next call).
+        """
+        self.programs.clear()
+        self.planner.forget()
+        if jax_caches:
+            jax.clear_caches()

@@ -73,7 +73,8 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     Module methods that would act on torch parameters (``state_dict``,
     hooks, ``parameters``...) are refused as upstream attributes are.
 
-    Lowering, compiling and memory plans are `AheadOfTime`'s methods.
+    Lowering, compiling, memory plans and the compiled programs kept are
+    `AheadOfTime`'s methods.
 
     Attributes:
         programs: the `ProgramCache` (programs by target, tiling and mesh).
@@ -289,30 +290,6 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         gathered from every process).
         """
         return DiagonalGaussianDistribution(to_host_torch(moments).to(self.device if device is None else device))
-
-    # -- compiled programs --------------------------------------------------
-
-    def reset_programs(self) -> None:
-        """Starts the programs afresh (the module's tiling switches are read while tracing) and forgets every plan."""
-        self.programs.reset()
-        self.planner.forget()
-
-    def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:
-        """The input shapes that have a compiled ``kind`` (``"decode"`` or ``"encode"``) program, oldest first."""
-        return [key[1] for key in self.planner.plans() if len(key) == 2 and key[0] == kind]
-
-    def clear_compiled(self, *, jax_caches: bool = False) -> None:
-        """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
-
-        Each shape keeps its executable in host memory until this is called;
-        copies of the weights on other meshes go too. ``jax_caches`` also
-        calls `jax.clear_caches()` (every jitted function in the process
-        recompiles on its next call).
-        """
-        self.programs.clear()
-        self.planner.forget()
-        if jax_caches:
-            jax.clear_caches()
 
     def __repr__(self) -> str:
         mesh = ",".join(f"{k}={v}" for k, v in self.mesh.shape.items())
