@@ -27,9 +27,10 @@ the batch's statistics, summed frame by frame), the same cache
 
 Measured, compiled for an H200 (bf16, `python -m bench.targets --target
 h200`), temporaries: CogVideoX 1.5 at (1,16,21,96,170) 20.40 -> 15.42
-GiB, 2b at (1,16,13,60,90) 6.44 -> 5.68 GiB; still no activation moved
-to another layout, the same 12 copies (the scan's latent-size caches);
-convolutions 238 -> 443 and 234 -> 289 (the chunks). The peak was in the
+GiB, 2b at (1,16,13,60,90) 6.44 -> 5.82 GiB (5.68 with its 128-channel
+blocks chunked too, at twice the compile time: `WHOLE_ELEMENTS`); still
+no activation moved to another layout, the same 12 copies (the scan's
+latent-size caches); convolutions 238 -> 443 and 234 -> 268. The peak was in the
 scan step at the 1.5 model's first 256 -> 128 convolution: all conv
 caches (8.3 GiB, carried) beside its 5 GiB padded input, a 4 GiB time
 slice of it (copied for the 2^31 split) and the block input. Each step
@@ -59,9 +60,9 @@ from cogvideox_torchax.patches.causal_conv import CacheFirstCausalConv3d
 CHUNK_ELEMENTS = 2**28
 # A convolution whose padded input and output together hold no more than
 # this runs whole: chunking the 2b model's 128-channel blocks at 480x720
-# (0.8 x 2^30) saved 0.14 GiB at (1,16,13,60,90) (5.82 -> 5.68) and took
-# 2.7 s more of its 5.1 s H200 compile; every convolution the 1.5 headline
-# chunks holds 1.1 x 2^30 or more.
+# (0.74 x 2^30) saved 0.14 GiB at (1,16,13,60,90) (5.82 -> 5.68) and took
+# its H200 first compile from 5.1 to 8.6 s here; every convolution the 1.5
+# headline chunks holds 1.1 x 2^30 or more.
 WHOLE_ELEMENTS = 2**30
 
 
