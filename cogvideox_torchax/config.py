@@ -112,8 +112,8 @@ class RuntimeOptions:
         time_chunks: the decoder's resnet blocks convolve in time chunks
             whose inputs are built straight from the block input
             (`patches.TimeChunkedResnetBlock3D`): no padded input stored
-            whole (H200, bf16: 1.5 at (1,16,21,96,170) 20.40 -> 15.42 GiB,
-            2b at (1,16,13,60,90) 6.44 -> 5.82 GiB of temporaries). CUDA
+            whole (H200, bf16: 1.5 at (1,16,21,96,170) 20.40 -> 15.61 GiB,
+            2b at (1,16,13,60,90) 6.44 -> 5.80 GiB of temporaries). CUDA
             only; needs ``group_norm``, ``conv_bias``, ``cache_first`` and
             ``low_res_spatial_norm``.
         conv_split_elements: split any convolution whose input or output

@@ -14,6 +14,7 @@ import cogvideox_torchax as ct
 from cogvideox_torchax import patches
 from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.patches import frame_scan, tiling, time_chunks
+from cogvideox_torchax.patches.spatial_norm import LowResSpatialNorm3D
 from tests.conftest import upstream_decode
 from tests.parity import assert_close
 
@@ -243,30 +244,39 @@ def test_nearest_override_lives_in_our_own_environment():
     assert ours is not torchax.default_env()  # torchax's default environment is never edited
 
 
-@pytest.mark.parametrize("chunk_frames", [3, 5])
-def test_time_chunks_decode_equals_upstream(chunk_frames, monkeypatch):
+@pytest.mark.parametrize("chunk_frames,whole_frames", [(3, 0), (5, 8)])
+def test_time_chunks_decode_equals_upstream(chunk_frames, whole_frames, monkeypatch):
     # The CUDA plan's time chunks (`patches.time_chunks`), run on the CPU in
     # fp32 with chunks of one or three output frames at full resolution:
-    # upstream's decode, scanned frame batches (caches) included.
+    # upstream's decode, scanned frame batches (caches) included. With
+    # whole_frames=0 every convolution runs in chunks and every norm takes
+    # its statistics frame by frame; with 8, inputs of up to 8 full frames
+    # take them in one pass.
     upstream = ct.random_upstream("tiny", seed=2)
     z = torch.randn(1, 4, 5, 4, 4, generator=torch.Generator().manual_seed(3))
     expected = upstream_decode(upstream, z)
     vae = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
     frame = 8 * 32 * 32  # channels x full resolution of the tiny config's last up block
-    # whole_elements=0: every convolution in chunks (the tiny config is far below the default).
-    assert patches.apply_time_chunks(vae.module, chunk_elements=chunk_frames * frame, whole_elements=0) > 0
-    assert patches.apply_time_chunks(vae.module, chunk_elements=chunk_frames * frame, whole_elements=0) == 0
-    chunk_counts = []
-    norm_act_conv = time_chunks.norm_act_conv
+    kwargs = dict(chunk_elements=chunk_frames * frame, whole_elements=whole_frames * frame)
+    assert patches.apply_time_chunks(vae.module, **kwargs) > 0
+    assert patches.apply_time_chunks(vae.module, **kwargs) == 0
+    chunk_counts, by_frame = [], set()
+    norm_act_conv, frames = time_chunks.norm_act_conv, LowResSpatialNorm3D.frames
 
     def counting(*args, **kwargs):
         result = norm_act_conv(*args, **kwargs)
         chunk_counts.append(0 if result is None else len(result[0]))
         return result
 
+    def recording(self, *args, **kwargs):
+        by_frame.add(kwargs["by_frame"])
+        return frames(self, *args, **kwargs)
+
     monkeypatch.setattr(time_chunks, "norm_act_conv", counting)
+    monkeypatch.setattr(LowResSpatialNorm3D, "frames", recording)
     got = vae.decode(z).sample
     assert max(chunk_counts) > 1  # some convolution did run in chunks
+    assert by_frame == ({True} if whole_frames == 0 else {False, True}), by_frame
     assert_close(got, expected, atol=2e-5, label=f"time chunks of {chunk_frames} input frames")
 
 

@@ -140,20 +140,22 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
         b, new_conv_cache["conv_b"] = self.conv_b(zq_in, conv_cache=conv_cache.get("conv_b"))
         return y, b, new_conv_cache
 
-    def frames(self, f: torch.Tensor, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None = None):
+    def frames(self, f: torch.Tensor, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None = None, *,
+               by_frame: bool = True):
         """``forward`` frame range by frame range: ``(FrameNorm, new_conv_cache)``.
 
         The `FrameNorm`'s ``(start, stop)`` is ``forward(f, zq)[0][:, :,
         start:stop]``, computed from those frames of ``f`` alone (the group
-        norm's statistics over all of ``f`` are taken once, here). None
-        where ``forward`` would not run this way (eagerly, without
+        norm's statistics over all of ``f`` are taken once, here, frame by
+        frame with ``by_frame``: `kernels.group_norm.group_norm_statistics`).
+        None where ``forward`` would not run this way (eagerly, without
         `leaf_ops.JaxGroupNorm`, or with ``block_broadcast``).
         """
         if (not is_torchax(f) or self.block_broadcast or not hasattr(self.norm_layer, "statistics")
                 or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b))):
             return None, None
         y, b, new_conv_cache = self._scale_shift(zq, conv_cache)
-        return FrameNorm(self.norm_layer, f, self.norm_layer.statistics(f, by_frame=True), y, b), new_conv_cache
+        return FrameNorm(self.norm_layer, f, self.norm_layer.statistics(f, by_frame=by_frame), y, b), new_conv_cache
 
 
 class FrameNorm:

@@ -26,8 +26,8 @@ the batch's statistics, summed frame by frame), the same cache
 (``padded[:, :, -halo:]``), the same convolution on every output frame.
 
 Measured, compiled for an H200 (bf16, `python -m bench.targets --target
-h200`), temporaries: CogVideoX 1.5 at (1,16,21,96,170) 20.40 -> 15.42
-GiB, 2b at (1,16,13,60,90) 6.44 -> 5.82 GiB (5.68 with its 128-channel
+h200`), temporaries: CogVideoX 1.5 at (1,16,21,96,170) 20.40 -> 15.61
+GiB, 2b at (1,16,13,60,90) 6.44 -> 5.80 GiB (5.68 with its 128-channel
 blocks chunked too, at twice the compile time: `WHOLE_ELEMENTS`); still
 no activation moved to another layout, the same 12 copies (the scan's
 latent-size caches); convolutions 238 -> 443 and 234 -> 268. The peak was in the
@@ -40,7 +40,9 @@ once in one multi-output fusion), statistics frame by frame 15.64 (else
 the first pass stored the joined input for the second), the new cache
 taken after the old one's last reader (15.64 -> 16.42, but no longer 8
 cache copies in the scan), the shortcut frame by frame as the chunks pass
-(15.42). Adding the residual chunk by chunk was worse (16.98 / 5.77).
+(15.42); then, for compile time, statistics in one pass where the input
+holds at most `WHOLE_ELEMENTS` (15.61). Adding the residual chunk by chunk
+was worse (16.98 / 5.77).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from cogvideox_torchax.patches.causal_conv import CacheFirstCausalConv3d
 CHUNK_ELEMENTS = 2**28
 # A convolution whose padded input and output together hold no more than
 # this runs whole: chunking the 2b model's 128-channel blocks at 480x720
-# (0.74 x 2^30) saved 0.14 GiB at (1,16,13,60,90) (5.82 -> 5.68) and took
+# (0.74 x 2^30) saved 0.14 GiB at (1,16,13,60,90) (to 5.68) and took
 # its H200 first compile from 5.1 to 8.6 s here; every convolution the 1.5
 # headline chunks holds 1.1 x 2^30 or more.
 WHOLE_ELEMENTS = 2**30
@@ -102,7 +104,11 @@ def norm_act_conv(norm, act, conv, x: torch.Tensor, zq: torch.Tensor, norm_cache
     per_chunk = _chunk_frames(conv, x, chunk_elements, whole_elements)
     if per_chunk is None or per_chunk >= frames:
         return None
-    activated, new_norm_cache = norm.frames(x, zq, norm_cache)
+    # Statistics frame by frame keep a joined input from being stored whole
+    # for their second pass; below `whole_elements` that store is small and
+    # the frames' reductions cost more compile time than it (1.5 headline,
+    # H200: 15.42 -> 15.61 GiB, compile 12.4 -> 10.9 s; 2b: 5.82 -> 5.80).
+    activated, new_norm_cache = norm.frames(x, zq, norm_cache, by_frame=math.prod(x.shape) > whole_elements)
     if activated is None:
         return None
     halo = conv.time_kernel_size - 1

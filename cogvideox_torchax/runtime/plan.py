@@ -60,8 +60,8 @@ Per-backend choices and why:
   convolution split above.
 - Time taps (`patches.TimeTapCausalConv3d`): CPU in fp32 only.
 - Time chunks (`patches.TimeChunkedResnetBlock3D`): CUDA. Compiled for an
-  H200 (bf16): 1.5 at (1,16,21,96,170) 20.40 -> 15.42 GiB, 2b at
-  (1,16,13,60,90) 6.44 -> 5.82 GiB of temporaries, no layout changes.
+  H200 (bf16): 1.5 at (1,16,21,96,170) 20.40 -> 15.61 GiB, 2b at
+  (1,16,13,60,90) 6.44 -> 5.80 GiB of temporaries, no layout changes.
   Not on TPU: at `tp=8` (v6e-8, 1.5 headline) chunks forced through an
   upstream-order norm (a trial, not kept) moved the compiler's need only
   from 3.57 to 3.34 GiB per chip.
