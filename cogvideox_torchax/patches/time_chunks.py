@@ -11,7 +11,8 @@ over the whole frame batch, taken once), the SiLU and the cache
 concatenation in one pass: nothing activation-sized but the chunks'
 inputs and outputs is stored, and only while that chunk convolves. The
 outputs are joined along time; XLA never stores the join where every
-user reads it in parts (the next norm's statistics and chunks).
+user reads it in parts (the next norm's statistics, summed frame by frame
+above `WHOLE_ELEMENTS`, and chunks).
 
 The shortcut convolution and the upsamplers' convolutions are split at
 the same size (`kernels.conv.ConvPolicy.max_elements`), so an upsampler's
@@ -22,7 +23,7 @@ The shortcut of a block that changes channels runs on the input's frames
 as the chunks stop reading them, so the input dies frame by frame.
 
 Values are upstream's: the same norm (`leaf_ops.JaxGroupNorm.apply` with
-the batch's statistics, summed frame by frame), the same cache
+the batch's statistics, in one pass or summed frame by frame), the same cache
 (``padded[:, :, -halo:]``), the same convolution on every output frame.
 
 Measured, compiled for an H200 (bf16, `python -m bench.targets --target
