@@ -45,23 +45,40 @@ def test_together_gives_every_process_one_code(peers):
     assert errors.exit_code(e.value) == 130
 
 
-class _FakeVAE:
-    """Plans two ways; records which plan each run used."""
+class _FakePlanner:
+    """Plans two ways; the plan of a shape changes when the smaller one is chosen."""
 
     def __init__(self):
         self.plan = budget.MemoryPlan("whole", None, 100, 200)
-        self.options = argparse.Namespace(dtype="float32")
-        self.mesh = argparse.Namespace(shape={"dp": 1, "tp": 1})
-        self.planner = argparse.Namespace(auto=True)  # --max-memory auto
+        self.auto = True  # --max-memory auto
 
-    def planned(self, shape, kind):
+    def planned(self, kind, shape):
         return self.plan
 
-    def next_plan(self, shape, kind, choose=True):
+    def smaller(self, kind, shape, choose_it=True):
         smaller = budget.MemoryPlan("tiles of 2x2 latents", {"tile_sample_min_height": 16}, 50, 99)
-        if choose:
+        if choose_it:
             self.plan = smaller
         return smaller
+
+
+class _FakeVAE:
+    """A VAE as the agreed retry sees it; records which plan each run used."""
+
+    def __init__(self):
+        self.planner = _FakePlanner()
+        self.options = argparse.Namespace(dtype="float32")
+        self.mesh = argparse.Namespace(shape={"dp": 1, "tp": 1})
+
+    @property
+    def plan(self):
+        return self.planner.plan
+
+    def planned(self, shape, kind):
+        return self.planner.planned(kind, shape)
+
+    def next_plan(self, shape, kind, choose=True):
+        return self.planner.smaller(kind, shape, choose_it=choose)
 
 
 def test_out_of_memory_on_a_peer_makes_all_retry_on_the_next_plan(peers):
@@ -90,3 +107,16 @@ def test_out_of_memory_on_a_peer_makes_all_retry_on_the_next_plan(peers):
     with pytest.raises(errors.PeerFailed) as e:
         out_of_memory.retry_out_of_memory(vae, (1, 4, 2, 4, 4), "decode", "decoding", lambda: ran.append(1), quiet=True)
     assert e.value.code == 2 and ran == [1]
+
+
+def test_out_of_memory_here_and_another_failure_on_a_peer_retries_nowhere(peers):
+    vae, ran = _FakeVAE(), []
+
+    def run():
+        ran.append(vae.plan.name)
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.50MiB.")
+
+    peers.append(1)  # this process (first) ran out, the peer failed otherwise: the agreed code is 3, yet no retry
+    with pytest.raises(errors.OutOfMemory, match=r"asked 1.50MiB; the plan \(whole\)"):
+        out_of_memory.retry_out_of_memory(vae, (1, 4, 2, 4, 4), "decode", "decoding", run, quiet=True)
+    assert ran == ["whole"] and not peers and vae.plan.name == "whole"

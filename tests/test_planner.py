@@ -7,7 +7,7 @@ import pytest
 import cogvideox_torchax as ct
 from cogvideox_torchax.runtime.budget import Candidate, MemoryBudgetError
 from cogvideox_torchax.runtime.planner import choose
-from cogvideox_torchax.runtime.retry import PlanReplacedWarning
+from cogvideox_torchax.runtime.retry import PlanReplacedWarning, retry_out_of_memory
 
 _WHOLE = Candidate("whole", None, None)
 _TILES = [Candidate(f"tiles {k}", {"k": k}, None) for k in (2, 3, 4)]
@@ -81,10 +81,27 @@ def test_library_does_not_retry_with_a_given_budget_or_below_the_smallest_plan(t
     with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
         vae.decode(z)
     assert runs == ["whole"]
+
+
+def test_a_retry_inside_a_retry_only_runs_the_outer_one_retries(tiny_upstream, monkeypatch):
+    # A command's retry around a whole stage (compile, run) holds the VAE's
+    # own: the VAE's run fails as it is, and the command's retry replaces the plan once.
+    runs = _exhaust_whole_once(monkeypatch)
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
-    vae.planner.retries = 0  # what the command lines set: they retry themselves, agreed among processes
-    with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
-        vae.decode(z)
+    z = np.zeros(SHAPE, np.float32)
+    inner = []
+
+    def stage():
+        try:
+            return vae.decode(z).sample
+        except jax.errors.JaxRuntimeError as e:
+            inner.append(e)
+            raise
+
+    with pytest.warns(PlanReplacedWarning):
+        video = retry_out_of_memory(vae.planner, "decode", SHAPE, stage)
+    assert len(inner) == 1 and runs[0] == "whole" and runs[1].startswith("tiles of") and len(runs) == 2
+    assert tuple(video.shape) == (1, 3, 1, 64, 96)
 
 
 def test_no_smaller_plan_keeps_the_out_of_memory_error(tiny_upstream, monkeypatch):

@@ -274,5 +274,4 @@ def load_model(model: ModelOptions):
             subfolder = "vae"
         vae = ct.from_pretrained(model.model, subfolder=subfolder, dtype=model.dtype, mesh=mesh,
                                  max_memory=model.max_memory)
-    vae.planner.retries = 0  # the commands retry themselves, agreed among processes (`out_of_memory`)
     return vae

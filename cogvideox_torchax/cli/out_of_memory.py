@@ -72,57 +72,59 @@ def _size_flag(n: float) -> str:
     return f"{math.ceil(n / 2**20)}MiB"
 
 
-def retry_out_of_memory(vae, shape: tuple[int, ...], kind: str, what: str, run: Callable[[], Any], *, quiet: bool) -> Any:
-    """``run()``, turning out-of-memory into `errors.OutOfMemory`; with ``--max-memory auto``, once more on the next plan first.
+class AgreedSteps:
+    """The library's retry steps (`retry.Steps`) as a command takes them: every process together, errors as exit codes.
 
-    A plan is chosen from compiled bytes against what the device says it
-    has; if the device then runs out anyway, the next smaller plan is tried
-    once (a warning line says so) before giving up with exit code 3. Under
-    jax.distributed every process calls it and all agree after each step
-    (the run, the new plan, the second run): if any ran out (and none failed
-    otherwise), all retry on the same next plan; otherwise all leave with
-    one code.
+    Under jax.distributed every process runs each step (the run, the new
+    plan, the second run) and all agree after it (`agreement.settle`): if
+    any ran out of memory and none failed otherwise, all retry on the same
+    next plan; otherwise all leave with one code. An out-of-memory error
+    becomes `errors.OutOfMemory`, its line naming the shape and plan (and,
+    when nothing follows, the ``--max-memory`` that would fit); the
+    replaced plan is one warning line.
     """
-    from cogvideox_torchax.runtime import budget
 
-    shape = tuple(shape)
-    auto = vae.planner.auto
+    def __init__(self, vae, shape: tuple[int, ...], kind: str, what: str, *, quiet: bool):
+        self.vae, self.shape, self.kind, self.what, self.quiet = vae, tuple(shape), kind, what, quiet
+        self.codes: list[int] = []
 
-    def first() -> Any:
-        with out_of_memory_as_exit_3(what, shape, vae, None if auto else kind):
-            return run()
+    def run(self, step: str, fn: Callable[[], Any]) -> Any:
+        if step == "plan":
+            guard = out_of_memory_as_exit_3("planning again for", self.shape)
+        else:  # the hint plans the next plan: only once no retry follows
+            guard = out_of_memory_as_exit_3(self.what, self.shape, self.vae, self.kind if step == "last" else None)
 
-    result, error = agreement.attempt(first)
-    codes = agreement.gather_codes(errors.EXIT_OK if error is None else errors.exit_code(error))
-    if errors.agreed_code(codes) == errors.EXIT_OK:
-        return result
-    retry = auto and set(codes) <= {errors.EXIT_OK, errors.EXIT_OUT_OF_MEMORY}
-    if agreement.process_count() == 1 and vae.planned(shape, kind=kind) is None:
-        retry = False  # no plan fits at all (MemoryBudgetError): planning again finds none either
-    if not retry:
-        agreement.raise_agreed(codes, error, what)
-    failed = vae.planned(shape, kind=kind)
+        def guarded() -> Any:
+            with guard:
+                return fn()
 
-    def plan_again() -> Any:
-        with out_of_memory_as_exit_3("planning again for", shape):
-            return vae.next_plan(shape, kind=kind)
+        result, error = agreement.attempt(guarded)
+        self.codes = agreement.gather_codes(errors.EXIT_OK if error is None else errors.exit_code(error))
+        if errors.agreed_code(self.codes) == errors.EXIT_OK:
+            return result
+        agreement.raise_agreed(self.codes, error, self.what)
 
-    plan, plan_error = agreement.attempt(plan_again)
-    plan_codes = agreement.gather_codes(errors.EXIT_OK if plan_error is None else errors.exit_code(plan_error))
-    if errors.agreed_code(plan_codes) != errors.EXIT_OK:
-        # No smaller plan (every process plans alike), or planning failed: the run's failure stands.
-        agreement.raise_agreed(codes, error or plan_error, what)
-    errors.warn_once(
-        f"out of memory running the {failed.name if failed else 'planned'} program for {shape}; "
-        f"retrying once with the {plan.name} plan ({budget.human(plan.bytes)})",
-        quiet,
-    )
+    def out_of_memory(self, e: BaseException) -> bool:
+        # Every process's code, not only the agreed one: one that failed
+        # otherwise keeps them all from retrying.
+        return set(self.codes) <= {errors.EXIT_OK, errors.EXIT_OUT_OF_MEMORY}
 
-    def second() -> Any:
-        with out_of_memory_as_exit_3(what, shape, vae, kind):
-            return run()
+    def replaced(self, failed, smaller, shape: tuple[int, ...]) -> None:
+        from cogvideox_torchax.runtime.retry import replaced_line
 
-    return agreement.settle(*agreement.attempt(second), what)
+        errors.warn_once(replaced_line(failed, smaller, shape), self.quiet)
+
+
+def retry_out_of_memory(vae, shape: tuple[int, ...], kind: str, what: str, run: Callable[[], Any], *, quiet: bool) -> Any:
+    """``run()`` through the library's retry (`retry.retry_out_of_memory`) with `AgreedSteps`.
+
+    With ``--max-memory auto``, a run that runs out of memory is tried once
+    more on the next smaller plan (a warning line says so) before the
+    command gives up with exit code 3.
+    """
+    from cogvideox_torchax.runtime.retry import retry_out_of_memory as retry
+
+    return retry(vae.planner, kind, tuple(shape), run, AgreedSteps(vae, shape, kind, what, quiet=quiet))
 
 
 def nonfinite_cause(vae, what: str, input_largest: float) -> str:

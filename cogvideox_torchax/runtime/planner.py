@@ -69,9 +69,6 @@ class Planner:
     def __init__(self, programs: ProgramCache, max_memory: str | int | None):
         self.programs = programs
         self.max_memory = budget.parse_memory(max_memory)
-        # Runs on a smaller plan after running out of memory (`retry.retry_out_of_memory`);
-        # the command lines set 0: they retry themselves, agreed among processes.
-        self.retries = 1
         self._plans: dict[tuple, MemoryPlan] = {}
         self._capacity: tuple[int, str] | None = None
 

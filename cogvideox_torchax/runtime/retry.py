@@ -2,21 +2,27 @@
 
 A plan is chosen from compiled bytes against what the device says it has
 free (``max_memory="auto"``); if the device then runs out anyway, the
-library plans again below the failed plan and runs once more, with a
-`PlanReplacedWarning` saying so. Under jax.distributed the processes must
-agree before retrying (one program runs on all of them): the command lines
-do that (`cogvideox_torchax.cli`), so the library retries in one process only.
+library plans again below the failed plan and runs once more. This module
+holds that rule once. How each step runs and how the replacement is told
+is a `Steps`: `Alone` (the default: this process, a `PlanReplacedWarning`)
+or the command lines' agreed steps, which every process of a
+jax.distributed run takes together (`cogvideox_torchax.cli.out_of_memory`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 
 from cogvideox_torchax.runtime import budget
+
+# Set while a retry runs its steps: a retry called inside one (the VAE's own,
+# inside a command's retry around a whole stage) only runs; the outer owns it.
+_RETRYING: contextvars.ContextVar[bool] = contextvars.ContextVar("retrying", default=False)
 
 
 class PlanReplacedWarning(ResourceWarning):
@@ -33,29 +39,81 @@ def is_out_of_memory(e: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
 
 
-def retry_out_of_memory(planner: Any, kind: str, shape: tuple[int, ...], run: Callable[[], Any]) -> Any:
-    """``run()`` (which runs ``shape``'s planned ``kind``), finished on the device; once more on a smaller plan.
+class Steps(Protocol):
+    """How `retry_out_of_memory` runs its steps and tells of a replaced plan."""
 
-    Only under ``max_memory="auto"``, in one process, and when ``shape`` has
-    a plan: otherwise the error stands, as it does when no smaller plan
-    exists or the second run fails too.
+    def run(self, step: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``'s result, or raises what failed.
+
+        ``step``: ``"first"`` (a retry may follow), ``"plan"`` (choosing
+        the smaller plan) or ``"last"`` (nothing follows).
+        """
+
+    def out_of_memory(self, e: BaseException) -> bool:
+        """Whether the failure ``e`` of the first step may be retried on a smaller plan."""
+
+    def replaced(self, failed: budget.MemoryPlan | None, smaller: budget.MemoryPlan, shape: tuple[int, ...]) -> None:
+        """Tells that ``smaller`` replaces ``failed`` for ``shape`` (before the last step)."""
+
+
+def replaced_line(failed: budget.MemoryPlan | None, smaller: budget.MemoryPlan, shape: tuple[int, ...]) -> str:
+    """What a retry says of itself: the failed plan, the shape, and the plan that runs instead."""
+    return (
+        f"out of memory running the {failed.name if failed else 'planned'} program for {shape}; retrying once with the "
+        f"{smaller.name} plan ({budget.human(smaller.bytes)})"
+    )
+
+
+class Alone:
+    """One process's steps: each run finished on the device; a replaced plan is a `PlanReplacedWarning`."""
+
+    def run(self, step: str, fn: Callable[[], Any]) -> Any:
+        return jax.block_until_ready(fn())  # an execution's out-of-memory surfaces here
+
+    def out_of_memory(self, e: BaseException) -> bool:
+        return is_out_of_memory(e)
+
+    def replaced(self, failed: budget.MemoryPlan | None, smaller: budget.MemoryPlan, shape: tuple[int, ...]) -> None:
+        warnings.warn(replaced_line(failed, smaller, shape), PlanReplacedWarning, stacklevel=5)
+
+
+def retry_out_of_memory(
+    planner: Any, kind: str, shape: tuple[int, ...], run: Callable[[], Any], steps: Steps | None = None
+) -> Any:
+    """``run()`` (which runs ``shape``'s planned ``kind``); once more on a smaller plan if it ran out of memory.
+
+    Only under ``max_memory="auto"`` and when ``shape`` has a plan:
+    otherwise the error stands, as it does when no smaller plan exists or
+    the second run fails too. Called inside another call's step it only
+    runs ``run()``: the outer call retries. Without ``steps`` (`Alone`)
+    under jax.distributed nothing is retried: the processes could not agree
+    on it.
     """
-    if not planner.auto or not planner.retries or jax.process_count() > 1:
+    if _RETRYING.get():
         return run()
+    token = _RETRYING.set(True)
     try:
-        return jax.block_until_ready(run())  # an execution's out-of-memory surfaces here
+        return _retry(planner, kind, tuple(shape), run, steps)
+    finally:
+        _RETRYING.reset(token)
+
+
+def _retry(planner: Any, kind: str, shape: tuple[int, ...], run: Callable[[], Any], steps: Steps | None) -> Any:
+    alone = steps is None
+    steps = steps or Alone()
+    if not planner.auto or (alone and jax.process_count() > 1):
+        return steps.run("last", run)
+    try:
+        return steps.run("first", run)
     except Exception as e:
         failed = planner.planned(kind, shape)
-        if not is_out_of_memory(e) or failed is None:
+        # No plan at all (none fits): planning again finds none either. Under
+        # jax.distributed the processes still take the planning step together.
+        if not steps.out_of_memory(e) or (failed is None and jax.process_count() == 1):
             raise
         try:
-            smaller = planner.smaller(kind, shape)
-        except budget.MemoryBudgetError:
+            smaller = steps.run("plan", lambda: planner.smaller(kind, shape))
+        except Exception:
             raise e from None
-    warnings.warn(
-        f"out of memory running the {failed.name} program for {shape}; retrying once with the "
-        f"{smaller.name} plan ({budget.human(smaller.bytes)})",
-        PlanReplacedWarning,
-        stacklevel=3,
-    )
-    return run()
+    steps.replaced(failed, smaller, shape)
+    return steps.run("last", run)

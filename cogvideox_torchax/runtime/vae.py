@@ -137,7 +137,6 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         if options == self.options:
             return
         planner = Planner(self.programs.converted(options), self.planner.max_memory)
-        planner.retries = self.planner.retries
         self.programs, self.planner = planner.programs, planner
 
     @classmethod
