@@ -135,7 +135,7 @@ def test_pipeline_dtype_moves_reach_the_wrapped_vae():
     assert pipe.vae.dtype == torch.bfloat16
 
 
-def test_saved_pipeline_loads_with_our_vae_or_upstreams_and_decodes_as_before(tmp_path):
+def test_saved_pipeline_names_upstreams_vae_and_decodes_as_before_once_wrapped_again(tmp_path):
     import json
 
     from diffusers import AutoencoderKLCogVideoX
@@ -143,24 +143,33 @@ def test_saved_pipeline_loads_with_our_vae_or_upstreams_and_decodes_as_before(tm
     pipe = _ours(tiny_pipeline(CogVideoXPipeline, 4))
     before = _frames(pipe)
     pipe.save_pretrained(tmp_path)
-    # The VAE folder is upstream's format; model_index names our class, so
-    # the pipeline loads back wrapped.
+    # Upstream's format and upstream's name: nothing in the folder needs this package.
     model_index = json.loads((tmp_path / "model_index.json").read_text())
-    assert model_index["vae"] == ["cogvideox_torchax.runtime.vae", "TorchaxVAE"]
+    assert model_index["vae"] == ["diffusers", "AutoencoderKLCogVideoX"]
     assert json.loads((tmp_path / "vae" / "config.json").read_text())["_class_name"] == "AutoencoderKLCogVideoX"
+    assert "cogvideox_torchax" not in "".join(p.read_text() for p in tmp_path.rglob("*.json"))
     loaded = CogVideoXPipeline.from_pretrained(tmp_path, tokenizer=None, text_encoder=None)
-    assert isinstance(loaded.vae, ct.TorchaxVAE) and ct.wrap(loaded.vae) is loaded.vae
-    assert_close(_frames(loaded), before, atol=0.0, label="reloaded pipeline frames")
-    # Without cogvideox_torchax: upstream's VAE from the same folder, then wrapped again.
-    upstream_vae = AutoencoderKLCogVideoX.from_pretrained(tmp_path, subfolder="vae")
-    plain = CogVideoXPipeline.from_pretrained(tmp_path, tokenizer=None, text_encoder=None, vae=upstream_vae)
-    assert_close(_frames(plain), before, atol=ATOL, label="upstream VAE from the saved pipeline")
-    plain.vae = ct.wrap(plain.vae, mesh="dp=1,tp=1")
-    assert_close(_frames(plain), before, atol=0.0, label="saved pipeline, wrapped again")
-    # The pipeline's dtype reaches our loader.
+    assert type(loaded.vae) is AutoencoderKLCogVideoX
+    assert_close(_frames(loaded), before, atol=ATOL, label="upstream VAE from the saved pipeline")
+    loaded.vae = ct.wrap(loaded.vae, mesh="dp=1,tp=1")
+    assert_close(_frames(loaded), before, atol=0.0, label="saved pipeline, wrapped again")
+    # Saved again once wrapped: the same names (the pipeline's config follows `pipe.vae = ...`).
+    loaded.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "model_index.json").read_text())["vae"] == model_index["vae"]
+    # The pipeline's dtype reaches the VAE it loads, and our loader reads the folder too.
     assert CogVideoXPipeline.from_pretrained(
         tmp_path, tokenizer=None, text_encoder=None, dtype=torch.bfloat16
     ).vae.dtype == torch.bfloat16
+    ours = ct.from_pretrained(str(tmp_path), subfolder="vae", mesh="dp=1,tp=1")
+    assert ours.dtype == torch.float32 and type(ours) is ct.TorchaxVAE
+
+
+def test_wrapped_vae_stands_in_for_upstreams_class():
+    from diffusers import AutoencoderKLCogVideoX
+
+    vae = _ours(tiny_pipeline(CogVideoXPipeline, 4)).vae
+    assert type(vae) is ct.TorchaxVAE and isinstance(vae, AutoencoderKLCogVideoX)
+    assert ct.wrap(vae) is vae and type(vae).__module__ == "cogvideox_torchax.runtime.vae"
 
 
 def test_pipeline_save_refuses_pickles_for_the_vae(tmp_path):

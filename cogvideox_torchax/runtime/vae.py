@@ -18,8 +18,6 @@ from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDistribution
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 
-# diffusers' pipeline loader looks the base class up by this name in the
-# module a saved pipeline's model_index.json names (this one).
 from diffusers.models.modeling_utils import ModelMixin
 from jax.sharding import Mesh
 
@@ -68,8 +66,9 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
 
     It is a diffusers `ModelMixin` (so a ``torch.nn.Module``) without torch
     parameters or submodules, so that pipelines treat it as a component:
-    ``pipe.to(dtype)`` converts it (`to`), ``pipe.save_pretrained`` saves
-    it (`save_pretrained`) and the pipeline loads it back (`from_pretrained`).
+    ``pipe.to(dtype)`` converts it (`to`) and ``pipe.save_pretrained`` saves
+    it (`save_pretrained`) as upstream's: the saved pipeline loads with
+    upstream's VAE, which `wrap` takes again.
     Module methods that would act on torch parameters (``state_dict``,
     hooks, ``parameters``...) are refused as upstream attributes are.
 
@@ -99,6 +98,19 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         ModelMixin.__init__(self)
         self.programs = ProgramCache(module, state_dict, options, mesh)
         self.planner = Planner(self.programs, max_memory)
+        # With `__class__` below: the library diffusers records for the component.
+        self.__dict__["__module__"] = AutoencoderKLCogVideoX.__module__
+
+    # diffusers names a pipeline's component in model_index.json after its
+    # ``__class__`` and ``__module__`` (and saves it by the base class that one has): as
+    # upstream's, a saved pipeline names upstream's VAE and loads anywhere
+    # diffusers does, with or without this package, and `wrap` takes that VAE
+    # again. ``type(vae)`` stays ours; ``isinstance(vae,
+    # AutoencoderKLCogVideoX)`` holds, as for the stand-in it is (the way
+    # `unittest.mock`'s specced mocks pass ``isinstance``).
+    @property
+    def __class__(self) -> type:
+        return AutoencoderKLCogVideoX
 
     # -- what runs ----------------------------------------------------------
 
