@@ -10,7 +10,12 @@ import numpy as np
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d, CogVideoXSpatialNorm3D
 
-from cogvideox_torchax.kernels.upsample import first_frame_apart_indices, nearest_indices, take_indices
+from cogvideox_torchax.kernels.upsample import (
+    first_frame_apart_indices,
+    gather_indices,
+    nearest_indices,
+    take_indices,
+)
 from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
 from cogvideox_torchax.patches.conv import FusedBiasConv
 
@@ -21,7 +26,7 @@ def _take_axes(x: jax.Array, indices: tuple[np.ndarray, ...]) -> jax.Array:
     # it stored at full size (1.5 headline, H200: 15.42 -> 16.08 GiB).
     for axis, idx in enumerate(indices, start=2):
         if not np.array_equal(idx, np.arange(x.shape[axis])):
-            x = jnp.take(x, jnp.asarray(idx, jnp.int32), axis=axis, mode="clip")
+            x = gather_indices(x, idx, axis)
     return x
 
 
