@@ -96,6 +96,43 @@ def test_out_of_memory_under_auto_retries_once_with_the_next_plan(tmp_path, caps
     assert json.loads(captured.out)["memory_plan"]["name"] == seen[1] and (tmp_path / "out.mp4").exists()
 
 
+def test_out_of_memory_inside_the_vae_is_retried_once_by_the_command_alone(tmp_path, capsys, monkeypatch):
+    # The VAE's executable fails (its own retry sits inside the command's):
+    # one retry, one warning line, no library warning on top.
+    import warnings
+
+    import jax
+
+    import cogvideox_torchax as ct
+    from cogvideox_torchax.runtime.retry import PlanReplacedWarning
+
+    real = ct.TorchaxVAE.prepare
+    runs = []
+
+    def prepare(self, kind, x):
+        executable, args = real(self, kind, x)
+        runs.append(self.planned(tuple(x.shape), kind=kind).name)
+
+        def run(*a):
+            if len(runs) == 1:
+                raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.50MiB.")
+            return executable(*a)
+
+        return run, args
+
+    monkeypatch.setattr(ct.TorchaxVAE, "prepare", prepare)
+    from cogvideox_torchax.cli import errors
+
+    monkeypatch.setattr(errors, "_warned", set())  # warned once per process: earlier tests said the same line
+    z = _latents(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlanReplacedWarning)
+        assert decode.main([str(z), *TINY[:-1], "-o", str(tmp_path / "out.mp4")]) == 0
+    err = capsys.readouterr().err
+    assert runs[0] == "whole" and runs[1].startswith("tiles of") and len(runs) == 2
+    assert err.count("retrying once with the tiles of") == 1 and (tmp_path / "out.mp4").exists()
+
+
 def test_out_of_memory_twice_is_exit_3_naming_asked_bytes_and_the_flag(tmp_path, capsys, monkeypatch):
     _exhausted_first(monkeypatch, calls=2)
     z = _latents(tmp_path)

@@ -76,7 +76,7 @@ class AgreedSteps:
     """The library's retry steps (`retry.Steps`) as a command takes them: every process together, errors as exit codes.
 
     Under jax.distributed every process runs each step (the run, the new
-    plan, the second run) and all agree after it (`agreement.settle`): if
+    plan, the second run) and all agree on their exit codes after it: if
     any ran out of memory and none failed otherwise, all retry on the same
     next plan; otherwise all leave with one code. An out-of-memory error
     becomes `errors.OutOfMemory`, its line naming the shape and plan (and,
@@ -98,6 +98,7 @@ class AgreedSteps:
             with guard:
                 return fn()
 
+        self.codes = []
         result, error = agreement.attempt(guarded)
         self.codes = agreement.gather_codes(errors.EXIT_OK if error is None else errors.exit_code(error))
         if errors.agreed_code(self.codes) == errors.EXIT_OK:
@@ -107,7 +108,8 @@ class AgreedSteps:
     def out_of_memory(self, e: BaseException) -> bool:
         # Every process's code, not only the agreed one: one that failed
         # otherwise keeps them all from retrying.
-        return set(self.codes) <= {errors.EXIT_OK, errors.EXIT_OUT_OF_MEMORY}
+        # (None gathered, e.g. the exchange itself failed: no retry.)
+        return errors.EXIT_OUT_OF_MEMORY in self.codes and set(self.codes) <= {errors.EXIT_OK, errors.EXIT_OUT_OF_MEMORY}
 
     def replaced(self, failed, smaller, shape: tuple[int, ...]) -> None:
         from cogvideox_torchax.runtime.retry import replaced_line

@@ -25,7 +25,7 @@ from cogvideox_torchax.runtime import budget
 _RETRYING: contextvars.ContextVar[bool] = contextvars.ContextVar("retrying", default=False)
 
 
-class PlanReplacedWarning(ResourceWarning):
+class PlanReplacedWarning(RuntimeWarning):
     """A planned program ran out of memory and the next smaller plan replaced it."""
 
 
@@ -68,7 +68,9 @@ class Alone:
     """One process's steps: each run finished on the device; a replaced plan is a `PlanReplacedWarning`."""
 
     def run(self, step: str, fn: Callable[[], Any]) -> Any:
-        return jax.block_until_ready(fn())  # an execution's out-of-memory surfaces here
+        if step == "first":  # an execution's out-of-memory surfaces once it has finished
+            return jax.block_until_ready(fn())
+        return fn()
 
     def out_of_memory(self, e: BaseException) -> bool:
         return is_out_of_memory(e)
@@ -82,12 +84,14 @@ def retry_out_of_memory(
 ) -> Any:
     """``run()`` (which runs ``shape``'s planned ``kind``); once more on a smaller plan if it ran out of memory.
 
-    Only under ``max_memory="auto"`` and when ``shape`` has a plan:
-    otherwise the error stands, as it does when no smaller plan exists or
-    the second run fails too. Called inside another call's step it only
-    runs ``run()``: the outer call retries. Without ``steps`` (`Alone`)
-    under jax.distributed nothing is retried: the processes could not agree
-    on it.
+    Only under ``max_memory="auto"`` and, in one process, when ``shape``
+    has a plan: otherwise the error stands, as it does when no smaller plan
+    exists or the second run fails too. Called inside another call's step
+    it only runs ``run()``: the outer call retries. Without ``steps``
+    (`Alone`) under jax.distributed nothing is retried: the processes could
+    not agree on it. `Alone` waits for the first run to finish on the
+    device (where its out-of-memory surfaces); the others return as
+    ``run()`` does.
     """
     if _RETRYING.get():
         return run()
@@ -100,9 +104,9 @@ def retry_out_of_memory(
 
 def _retry(planner: Any, kind: str, shape: tuple[int, ...], run: Callable[[], Any], steps: Steps | None) -> Any:
     alone = steps is None
-    steps = steps or Alone()
     if not planner.auto or (alone and jax.process_count() > 1):
-        return steps.run("last", run)
+        return run() if alone else steps.run("last", run)
+    steps = steps or Alone()
     try:
         return steps.run("first", run)
     except Exception as e:
@@ -113,7 +117,11 @@ def _retry(planner: Any, kind: str, shape: tuple[int, ...], run: Callable[[], An
             raise
         try:
             smaller = steps.run("plan", lambda: planner.smaller(kind, shape))
-        except Exception:
-            raise e from None
+        except Exception as planning:
+            if alone and not isinstance(planning, budget.MemoryBudgetError):
+                raise  # planning itself broke
+            # No smaller plan (or, agreed among processes, planning failed):
+            # the run's failure stands, with its own cause.
+            raise e from e.__cause__
     steps.replaced(failed, smaller, shape)
     return steps.run("last", run)
