@@ -164,12 +164,32 @@ def test_saved_pipeline_names_upstreams_vae_and_decodes_as_before_once_wrapped_a
     assert ours.dtype == torch.float32 and type(ours) is ct.TorchaxVAE
 
 
+def test_pipeline_saved_naming_our_class_still_loads(tmp_path):
+    # What earlier versions wrote into model_index.json: such folders load, wrapped.
+    import json
+
+    pipe = _ours(tiny_pipeline(CogVideoXPipeline, 4))
+    before = _frames(pipe)
+    pipe.save_pretrained(tmp_path)
+    index = json.loads((tmp_path / "model_index.json").read_text())
+    index["vae"] = ["cogvideox_torchax.runtime.vae", "TorchaxVAE"]
+    (tmp_path / "model_index.json").write_text(json.dumps(index))
+    loaded = CogVideoXPipeline.from_pretrained(tmp_path, tokenizer=None, text_encoder=None)
+    assert type(loaded.vae) is ct.TorchaxVAE
+    assert_close(_frames(loaded), before, atol=0.0, label="pipeline saved naming TorchaxVAE")
+
+
 def test_wrapped_vae_stands_in_for_upstreams_class():
     from diffusers import AutoencoderKLCogVideoX
 
     vae = _ours(tiny_pipeline(CogVideoXPipeline, 4)).vae
     assert type(vae) is ct.TorchaxVAE and isinstance(vae, AutoencoderKLCogVideoX)
     assert ct.wrap(vae) is vae and type(vae).__module__ == "cogvideox_torchax.runtime.vae"
+    assert {"decode_jax", "memory_plan", "plan", "mesh"} <= set(dir(vae))  # our API, not upstream's
+    from cogvideox_torchax.patches import apply_frame_scan
+
+    with pytest.raises(TypeError):  # the patches take upstream's module, not the stand-in
+        apply_frame_scan(vae)
 
 
 def test_pipeline_save_refuses_pickles_for_the_vae(tmp_path):

@@ -128,7 +128,7 @@ def apply_frame_scan(vae: AutoencoderKLCogVideoX) -> int:
     Returns:
         1 if ``vae`` changed in this call, 0 if it already scanned.
     """
-    if not isinstance(vae, AutoencoderKLCogVideoX):
+    if not issubclass(type(vae), AutoencoderKLCogVideoX):  # not a TorchaxVAE, which passes isinstance
         raise TypeError(f"apply_frame_scan expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
     apply_conv_cache_trim(vae)
     return add_mixin(vae, FrameScanMixin)

@@ -153,7 +153,7 @@ def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) ->
         1 if ``vae``'s class changed in this call, else 0 (``tiles_per_step``
         is updated either way).
     """
-    if not isinstance(vae, AutoencoderKLCogVideoX):
+    if not issubclass(type(vae), AutoencoderKLCogVideoX):  # not a TorchaxVAE, which passes isinstance
         raise TypeError(f"apply_tile_batching expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
     if tiles_per_step < 1:
         raise ValueError(f"tiles_per_step must be >= 1, got {tiles_per_step}")

@@ -18,6 +18,9 @@ from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDistribution
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 
+# diffusers' pipeline loader looks the base class up by this name in the
+# module a model_index.json names: folders saved before the VAE reported
+# upstream's class name this module.
 from diffusers.models.modeling_utils import ModelMixin
 from jax.sharding import Mesh
 
@@ -111,6 +114,10 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     @property
     def __class__(self) -> type:
         return AutoencoderKLCogVideoX
+
+    def __dir__(self) -> list[str]:
+        # torch's and object's __dir__ read ``__class__``: list our own API.
+        return sorted(set(dir(type(self))) | set(self.__dict__))
 
     # -- what runs ----------------------------------------------------------
 
