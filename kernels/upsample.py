@@ -69,9 +69,9 @@ def _runs(idx: np.ndarray) -> list[tuple[int, int, int]] | None:
 def gather_indices(x: jax.Array, idx: np.ndarray, axis: int) -> jax.Array:
     """``jnp.take(x, idx, axis, mode="clip")`` for indices known on the host, as one gather.
 
-    The same gather jnp emits, without the nested jit around it: a
+    The gather jnp emits (with sorted indices marked so), without the nested jit around it: a
     SpatialNorm resizes its scale and shift with one per axis, and the 2b
-    decoder traced 408 of those jits. Sorted indices are marked so.
+    decoder traced 408 of those jits.
     """
     idx = np.asarray(idx)
     offset = tuple(d for d in range(x.ndim) if d != axis)

@@ -17,7 +17,8 @@ import re
 _DEF = re.compile(r"^\s*(%[\w#.:]+)(?::\d+)?\s*=\s*(\"?[\w.]+\"?)")
 _TENSOR = re.compile(r"tensor<([\dx]*)x?(f32|bf16|f16|i\d+|i1|ui\d+)>")
 _USE = re.compile(r"%[\w.]+")
-# Elementwise ops a float value may pass through on its way into a reduce.
+# Elementwise ops a float value may pass through on its way into a reduce
+# (and SpatialNorm's resize gathers, below).
 _PASS_THROUGH = {
     "stablehlo.convert",
     "stablehlo.subtract",
@@ -35,13 +36,15 @@ _PASS_THROUGH = {
     "stablehlo.rsqrt",
     "stablehlo.sqrt",
     # The nearest resize of SpatialNorm's fp32 scale and shift (computed at
-    # latent resolution, patches.LowResSpatialNorm3D): `jnp.take` per axis
-    # feeding the norm's multiply-add. XLA fuses it there: the 2b bf16
-    # decode at (1,16,3,16,16) compiles to 538.7 MiB of temporaries on
-    # XLA:CPU whether the scale and shift are fp32 or bf16. (A bare gather,
-    # as torchax's interpolation fallback emits, still counts as an escape.)
-    "call @_take",
+    # latent resolution, patches.LowResSpatialNorm3D): a gather of sorted
+    # host indices per axis (`kernels.upsample.gather_indices`) feeding the
+    # norm's multiply-add. XLA fuses it there: the 2b bf16 decode at
+    # (1,16,3,16,16) compiles to 538.7 MiB of temporaries on XLA:CPU whether
+    # the scale and shift are fp32 or bf16. (The gathers of torchax's
+    # interpolation fallback, not marked sorted, still count as escapes.)
+    "sorted stablehlo.gather",
 }
+_SORTED_GATHER = "sorted stablehlo.gather"  # a gather line marked indices_are_sorted
 _CALLEE = re.compile(r"call @(\w+?)(?:_\d+)?\(")
 
 
@@ -78,6 +81,8 @@ def fp32_escapes(stablehlo: str, min_elements: int) -> list[str]:
             callee = _CALLEE.search(ln) if op == "call" else None
             if callee:
                 op = f"call @{callee.group(1)}"
+            if op == "stablehlo.gather" and "indices_are_sorted = true" in ln:
+                op = _SORTED_GATHER
             name = m.group(1) if m else None
             if name:
                 big = any(n >= min_elements and t == "f32" for n, t in _result_types(ln))
