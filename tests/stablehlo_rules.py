@@ -70,9 +70,6 @@ def fp32_escapes(stablehlo: str, min_elements: int) -> list[str]:
     escapes = []
     for block in stablehlo.split("func.func")[1:]:
         lines = block.splitlines()
-        name = re.search(r"@(\w+?)(?:_\d+)?\(", lines[0])
-        if name and f"call @{name.group(1)}" in _PASS_THROUGH:
-            continue  # followed at its call sites
         defs: dict[str, tuple[str, bool]] = {}
         users: dict[str, list[tuple[str, str]]] = {}
         for ln in lines:
