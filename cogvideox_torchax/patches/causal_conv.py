@@ -19,12 +19,15 @@ class CachelessCausalConv3d(CogVideoXCausalConv3d):
     kernels > 1 prepend a cache). SpatialNorm's ``conv_y``/``conv_b`` are such
     convs: for 49 frames at 480x720 their caches alone were 10 GB. Returning
     None instead changes no result and gives later frame batches a cache of
-    the same shape as the first's, which a scan carry needs.
+    the same shape as the first's, which a scan carry needs. Nor is the
+    cache sliced and copied only to be dropped: ~300 dead ops in the 2b
+    decode's trace, 0.05 of its 0.44 s.
     """
 
     def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
-        output, _ = super().forward(inputs, conv_cache)
-        return output, None
+        if self.pad_mode == "replicate":
+            return super().forward(inputs, conv_cache)[0], None
+        return self.conv(self.fake_context_parallel_forward(inputs, conv_cache)), None
 
 
 def apply_conv_cache_trim(vae: torch.nn.Module) -> int:
