@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d, CogVideoXSpatialNorm3D
 
+from cogvideox_torchax.config import canonical_dtype
 from cogvideox_torchax.kernels.upsample import (
     first_frame_apart_indices,
     gather_indices,
@@ -30,15 +29,29 @@ def _take_axes(x: jax.Array, indices: tuple[np.ndarray, ...]) -> jax.Array:
     return x
 
 
-def _resize_like_upstream(t: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """Upstream's nearest resize of zq to f's (T, H, W), as one gather per axis.
+def _upstream_indices(small: tuple[int, ...], full: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """Upstream's nearest resize of zq to f's (T, H, W), as the indices of one gather per axis.
 
     Upstream resizes the first frame on its own when f has an odd number of
     frames above one, and concatenates; written as index arrays there is no
     concatenation to materialise (a width-sharded program did, at full size).
     """
-    indices = (_time_indices(t.shape[2], f.shape[2]), *(nearest_indices(t.shape[a], f.shape[a]) for a in (3, 4)))
-    return interop.torch_view(functools.partial(_take_axes, indices=indices))(t)
+    return (_time_indices(small[2], full[2]), *(nearest_indices(small[a], full[a]) for a in (3, 4)))
+
+
+def _scale_shift_resized(normed: torch.Tensor, y: torch.Tensor, b: torch.Tensor, indices,
+                         dtype: torch.dtype) -> torch.Tensor:
+    """``normed * resize(y) + resize(b)`` in ``y``'s dtype, rounded to ``dtype``: upstream's arithmetic.
+
+    One JAX function rather than six torch ops: the same operations, traced
+    without torchax's per-op dispatch (72 norms in the 2b decode's trace).
+    """
+    out = jnp.dtype(canonical_dtype(dtype))
+
+    def scale_shift(normed, y, b):
+        return (normed.astype(y.dtype) * _take_axes(y, indices) + _take_axes(b, indices)).astype(out)
+
+    return interop.torch_view(scale_shift)(normed, y, b)
 
 
 def _time_indices(t_in: int, t_out: int) -> np.ndarray:
@@ -76,13 +89,6 @@ def _block_scale_shift(normed: jax.Array, y: jax.Array, b: jax.Array) -> jax.Arr
     n, c, t, h, _, w = y.shape
     x = jax.lax.optimization_barrier(normed).reshape(n, c, t, h, rh, w)
     return (x.astype(y.dtype) * y + b).reshape(normed.shape).astype(normed.dtype)
-
-
-def _resize_frames(t: torch.Tensor, f_shape: tuple[int, ...], start: int, stop: int) -> torch.Tensor:
-    """Frames ``start:stop`` of `_resize_like_upstream` of ``t`` to a tensor of shape ``f_shape``."""
-    space = (nearest_indices(t.shape[a], f_shape[a]) for a in (3, 4))
-    indices = (_time_indices(t.shape[2], f_shape[2])[start:stop], *space)
-    return interop.torch_view(functools.partial(_take_axes, indices=indices))(t)
 
 
 def _is_pointwise(conv: CogVideoXCausalConv3d) -> bool:
@@ -130,8 +136,7 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
         normed = self.norm_layer(f)
         if self.block_broadcast and _blocks_of(y.shape, f.shape) is not None:
             return interop.torch_view(_block_scale_shift)(normed, y, b), new_conv_cache
-        new_f = normed.to(y.dtype) * _resize_like_upstream(y, f) + _resize_like_upstream(b, f)
-        return new_f.to(f.dtype), new_conv_cache
+        return _scale_shift_resized(normed, y, b, _upstream_indices(y.shape, tuple(f.shape)), f.dtype), new_conv_cache
 
     def _scale_shift(self, zq: torch.Tensor, conv_cache: dict[str, torch.Tensor] | None):
         # Scale and shift at latent size, and their convs' caches. Our conv
@@ -174,10 +179,9 @@ class FrameNorm:
         self.norm_layer, self.f, self.statistics, self.y, self.b = norm_layer, f, statistics, y, b
 
     def __call__(self, start: int, stop: int) -> torch.Tensor:
-        f, y = self.f, self.y
-        normed = self.norm_layer.apply(f[:, :, start:stop], self.statistics)
-        scale, shift = (_resize_frames(v, tuple(f.shape), start, stop) for v in (y, self.b))
-        return (normed.to(y.dtype) * scale + shift).to(f.dtype)
+        normed = self.norm_layer.apply(self.f[:, :, start:stop], self.statistics)
+        time, *space = _upstream_indices(self.y.shape, tuple(self.f.shape))
+        return _scale_shift_resized(normed, self.y, self.b, (time[start:stop], *space), self.f.dtype)
 
 
 def apply_low_res_spatial_norm(vae: torch.nn.Module, *, block_broadcast: bool = False) -> int:
