@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+import jax
+import jax.numpy as jnp
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
 
@@ -78,15 +80,28 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
     def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
         if not is_torchax(inputs) or self.pad_mode == "replicate":
             return super().forward(inputs, conv_cache)
-        x = inputs
-        padded = self.fake_context_parallel_forward(x, conv_cache)
-        new_cache = padded[:, :, -self.time_kernel_size + 1 :].clone()
-        if self.materialise_padded:
-            padded, new_cache = barrier((padded, new_cache))
-            return self.conv(padded), new_cache
-        x, new_cache = barrier((x, new_cache))
-        output = self.conv(self.fake_context_parallel_forward(x, conv_cache))
-        return output, new_cache
+        fn = functools.partial(_cache_first, halo=self.time_kernel_size - 1, materialise_padded=self.materialise_padded)
+        padded, new_cache = interop.torch_view(fn)(inputs, conv_cache)
+        return self.conv(padded), new_cache
+
+
+def _cache_first(x: jax.Array, cache: jax.Array | None, *, halo: int, materialise_padded: bool):
+    """``(padded input, new cache)`` of upstream's causal conv, the cache taken before the convolution.
+
+    Upstream's padding (the cache, or the first frame ``halo`` times) and
+    its cache (the padded input's last ``halo`` frames), in JAX: one
+    function instead of five torch ops per conv in the trace.
+    """
+    def padded(x):
+        head = [cache] if cache is not None else [x[:, :, :1]] * halo
+        return jnp.concatenate([*head, x], axis=2)
+
+    whole = padded(x)
+    new_cache = whole[:, :, -halo:]
+    if materialise_padded:
+        return jax.lax.optimization_barrier((whole, new_cache))
+    x, new_cache = jax.lax.optimization_barrier((x, new_cache))
+    return padded(x), new_cache
 
 
 def apply_cache_first(vae: torch.nn.Module, *, materialise_padded: bool = False) -> int:
