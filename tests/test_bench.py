@@ -223,6 +223,7 @@ def test_targets_bench_compiles_ours_and_the_flax_port_for_a_gpu(tmp_path):
     assert [r["system"] for r in rows] == ["ours", "flax"]
     for r in rows:
         assert r["target"] == "h200" and r["per_device_bytes"]["temp"] > 0 and r["compile_s"] > 0
+        assert r["build_s"] > 0 and r["trace_lower_s"] > 0
         assert r["compiled"]["convolutions"] >= 60
     ours, flax = (r["compiled"] for r in rows)
     # Ours: every conv NCDHW, as the GPU compiler keeps 3-D convs; the Flax
