@@ -102,9 +102,9 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
         needed = budget.refused_bytes(e)
         if needed is None:
             raise
-        row.update(compile_s=round(time.perf_counter() - t1, 1), refused_bytes=needed, error=str(e).splitlines()[0])
+        row.update(compile_s=round(time.perf_counter() - t1, 2), refused_bytes=needed, error=str(e).splitlines()[0])
         return row
-    row["compile_s"] = round(time.perf_counter() - t1, 1)
+    row["compile_s"] = round(time.perf_counter() - t1, 2)
     m = compiled.memory_analysis()
     row["per_device_bytes"] = {"temp": int(m.temp_size_in_bytes), "arguments": int(m.argument_size_in_bytes),
                                "outputs": int(m.output_size_in_bytes)}
