@@ -73,13 +73,19 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
         "system": system, "target": acc.name, "mesh": dict(on.shape), "model": model, "shape": list(shape),
         "dtype": "bfloat16",
     }
-    # Building what is traced (ours: the wrapped VAE and the target's
-    # patched copy of the module; the port: its abstract model) is timed
-    # apart: the first compile is trace + lower + compile.
-    t_build = time.perf_counter()
+    # Each process imports only its own system: flax's import alone slows
+    # a later lowering by garbage collection (ours: 0.17 -> 0.41 s).
     if system == "ours":
         from cogvideox_torchax.runtime.programs import ProgramKey
+    else:
+        from bench import flax_vae
 
+    # Building what is traced (ours: the wrapped VAE and the target's
+    # patched copy of the module; the port: its abstract model) is timed
+    # apart, imports done before: the first compile is trace + lower +
+    # compile.
+    t_build = time.perf_counter()
+    if system == "ours":
         vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(dtype="bfloat16"))
         key = ProgramKey.for_target(acc.name, (on.shape["dp"], on.shape["tp"]))
         vae.programs.program(key)
@@ -88,8 +94,6 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
         t0 = time.perf_counter()
         lowered = vae.lower_decode(shape, target=acc.name, mesh=key.mesh)
     else:
-        from bench import flax_vae
-
         port = flax_vae.abstract(upstream.config, dtype="bfloat16", mesh=on)
         row["build_s"] = round(time.perf_counter() - t_build, 2)
         t0 = time.perf_counter()
@@ -136,21 +140,25 @@ def _gib(n: int | None) -> str:
     return "" if n is None else f"{n / 2**30:.2f}"
 
 
+def _s(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds:.2f}"
+
+
 def _row_line(r: dict[str, Any]) -> str:
     mesh = r.get("mesh") or {}
     where = f"{r['target']} dp={mesh.get('dp', '?')},tp={mesh.get('tp', '?')}"
     shape = "(" + ",".join(map(str, r["shape"])) + ")"
     if "per_device_bytes" not in r:
         need = f"refused: needs {r['refused_bytes'] / 2**30:.2f} GiB" if "refused_bytes" in r else f"error: {r['error']}"
-        return (f"| {r['system']} | {where} | {shape} | {r.get('build_s', '')} | {r.get('trace_lower_s', '')} "
-                f"| {r.get('compile_s', '')} | {need} | | | | | | |")
+        return (f"| {r['system']} | {where} | {shape} | {_s(r.get('build_s'))} | {_s(r.get('trace_lower_s'))} "
+                f"| {_s(r.get('compile_s'))} | {need} | | | | | | |")
     b, c = r["per_device_bytes"], r["compiled"]
     layouts = ", ".join(f"{k}: {v}" for k, v in sorted(c["conv_layouts"].items(), key=lambda kv: -kv[1]))
     dtypes = ", ".join(f"{k}: {v}" for k, v in c["conv_output_dtypes"].items())
     collectives = ", ".join(f"{k}: {v}" for k, v in c["collectives"].items()) or "-"
-    return (f"| {r['system']} | {where} | {shape} | {r['build_s']} | {r['trace_lower_s']} | {r['compile_s']} "
-            f"| {_gib(b['temp'])} "
-            f"| {_gib(b['arguments'])} | {_gib(b['outputs'])} | {c['convolutions']} ({layouts}) -> {dtypes} "
+    return (f"| {r['system']} | {where} | {shape} | {_s(r['build_s'])} | {_s(r['trace_lower_s'])} "
+            f"| {_s(r['compile_s'])} | {_gib(b['temp'])} | {_gib(b['arguments'])} | {_gib(b['outputs'])} "
+            f"| {c['convolutions']} ({layouts}) -> {dtypes} "
             f"| {c['activation_layout_changes']} ({c['layout_changes']}) | {c['activation_copies']} ({c['copies']}) "
             f"| {collectives} |")
 
