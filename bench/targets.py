@@ -14,10 +14,10 @@ starts, so the times are first compiles. Printed per row: per-device
 temp / argument / output bytes (or the bytes a TPU compile refused for),
 the seconds to build what is traced (ours: wrapping the loaded VAE and
 patching its copy for the target; the port: its abstract model; not part
-of the first compile), trace+lower and compile seconds, convolutions by layout, the activations
-(at least 2^20 elements) moved to another layout (transposes, relayouting
-copies) or copied as they are, as steps of their own, and the collectives
-(tp > 1). Nothing runs: these are the compiled program's
+of the first compile), trace+lower and compile seconds, convolutions by
+layout, the activations (at least 2^20 elements) moved to another layout
+(transposes, relayouting copies) or copied as they are, as steps of their
+own, and the collectives (tp > 1). Nothing runs: these are the compiled program's
 facts, not times on a device.
 
 ``--hlo-dir DIR`` keeps each optimized HLO text for reading.
