@@ -33,8 +33,9 @@ Per-backend choices and why:
   compiled for one v6e chip with the bias in fp32 (tiny config,
   (1,4,3,16,16)), every convolution fusion writes fp32 out (67 of 67;
   with the bias after rounding only SpatialNorm's 42 latent-size 1x1x1s
-  do) and the temporaries grow 8.07 -> 57.49 MiB. The accuracy is checked against upstream torch's own bf16
-  decode (tests/test_accelerator_programs.py).
+  do) and the temporaries grow 8.07 -> 57.49 MiB. The accuracy is
+  checked against upstream torch's own bf16 decode
+  (tests/test_accelerator_programs.py).
 - fp16 (float16) is planned as bf16 everywhere (fp32 GroupNorm statistics,
   SiLU and SpatialNorm's scale and shift in fp32, one rounding per op, no
   activation-sized fp32 tensor, the same layouts and splits, no time
