@@ -52,10 +52,14 @@ def options(args: argparse.Namespace):
     """Our `RuntimeOptions` from ``--dtype`` and the ``--option NAME=BOOL`` switches."""
     import cogvideox_torchax as ct
 
-    switches = {}
+    switches, by_name = {}, {}
     for item in args.option:
         name, _, value = item.partition("=")
         if value.lower() not in ("true", "false", "1", "0"):
             raise SystemExit(f"error: --option {item!r}: expected NAME=true|false")
-        switches[name] = value.lower() in ("true", "1")
-    return ct.RuntimeOptions(dtype=args.dtype, **switches)
+        # A registered patch without a field of its own is switched by name.
+        (switches if name in ct.RuntimeOptions.switches() else by_name)[name] = value.lower() in ("true", "1")
+    try:
+        return ct.RuntimeOptions(dtype=args.dtype, patches=by_name, **switches)
+    except ValueError as e:
+        raise SystemExit(f"error: --option: {e}") from None

@@ -8,6 +8,7 @@ the real architecture offline with random weights (`PRESETS`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
@@ -120,6 +121,12 @@ class RuntimeOptions:
             would hold more elements than this (`kernels.conv.ConvPolicy`);
             None takes the target's limit (below 2^31 on GPUs, below 2^31
             per device on TPUs, none on the CPU). Needs ``conv_bias``.
+        patches: switches by name for registered patches that have no field
+            above (`cogvideox_torchax.patches.registry`): a patch module
+            declares its switch and nothing here changes, e.g.
+            ``patches={"my_patch": False}``. A name with a field of its own,
+            or no registered patch, raises ValueError. Kept as sorted
+            ``(name, value)`` pairs, so the options stay hashable.
     """
 
     dtype: str = "float32"
@@ -138,9 +145,11 @@ class RuntimeOptions:
     shard_activations: bool | None = None
     time_chunks: bool | None = None
     conv_split_elements: int | None = None
+    patches: Mapping[str, bool | None] | tuple[tuple[str, bool], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+        object.__setattr__(self, "patches", _named_switches(self.patches, self.switches()))
         for name in self.switches():
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be None, True or False, got {getattr(self, name)!r}")
@@ -155,8 +164,14 @@ class RuntimeOptions:
 
     @classmethod
     def switches(cls) -> tuple[str, ...]:
-        """The names of the on/off/auto switches (every field but ``dtype`` and ``conv_split_elements``)."""
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("dtype", "conv_split_elements"))
+        """The switches with a field of their own: every field but ``dtype``, ``conv_split_elements``, ``patches``."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _NOT_SWITCHES)
+
+    def switch(self, name: str) -> bool | None:
+        """How the patch switch ``name`` is set: its field, else its entry in ``patches``; None is auto."""
+        if name in self.switches():
+            return getattr(self, name)
+        return dict(self.patches).get(name)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -165,6 +180,34 @@ class RuntimeOptions:
     @property
     def jax_dtype(self) -> Any:
         return _JAX_DTYPES[self.dtype]
+
+
+_NOT_SWITCHES = ("dtype", "conv_split_elements", "patches")
+
+
+def _named_switches(given: Any, fields: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
+    """Checks `RuntimeOptions.patches` and keeps it as sorted pairs (None, auto, is left out)."""
+    pairs = given.items() if isinstance(given, Mapping) else given
+    try:
+        named = dict(pairs)
+    except (TypeError, ValueError):
+        raise TypeError(f"patches must map switch names to True, False or None, got {given!r}") from None
+    for name, value in named.items():
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"patches[{name!r}] must be None, True or False, got {value!r}")
+        if name in fields:
+            raise ValueError(f"{name!r} has a field of its own: RuntimeOptions({name}=...), not patches=")
+    named = {name: value for name, value in named.items() if value is not None}
+    if named:
+        # Imported here: the patch modules import this one.
+        from cogvideox_torchax.patches.registry import patches
+
+        known = {p.option for p in patches()}
+        unknown = sorted(set(named) - known)
+        if unknown:
+            names = ", ".join(map(repr, unknown))
+            raise ValueError(f"no registered patch answers to {names}; known: {', '.join(sorted(known))}")
+    return tuple(sorted(named.items()))
 
 
 _FOUR_BLOCKS = {

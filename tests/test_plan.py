@@ -157,7 +157,8 @@ def test_every_switch_has_one_registered_patch_and_the_plan_reads_only_the_regis
     from cogvideox_torchax.runtime.plan import compiler_options
 
     registered = [p.option for p in patches()]
-    assert sorted(registered) == sorted(ct.RuntimeOptions.switches())
+    # Every field is a registered patch's switch (a patch needs no field: the next test).
+    assert set(ct.RuntimeOptions.switches()) <= set(registered) and len(set(registered)) == len(registered)
     # conv_bias before chunk_free_conv (its condition reads it); sharding last (mixins change exact classes).
     assert registered.index("conv_bias") < registered.index("chunk_free_conv")
     assert registered.index("trim_conv_cache") < registered.index("frame_scan")
@@ -168,3 +169,36 @@ def test_every_switch_has_one_registered_patch_and_the_plan_reads_only_the_regis
     assert compiler_options(cpu) == {"xla_disable_hlo_passes": "cse_barrier_expander"}
     assert compiler_options(build_plan(ct.RuntimeOptions(cache_first=False), Target("cpu", "float32"))) is None
     assert compiler_options(build_plan(ct.RuntimeOptions(), Target("cuda", "bfloat16"))) is None
+
+
+def test_a_patch_without_a_field_is_switched_by_name(monkeypatch):
+    """Adding a patch touches its module only: its switch works by name, with the plan's rules."""
+    from cogvideox_torchax.patches import registry
+    from cogvideox_torchax.patches.base import Patch
+    from cogvideox_torchax.runtime import plan as plan_module
+
+    demo = Patch("demo_patch", 999, None, lambda target, applied: None if target.platform == "cpu" else "CPU only")
+    every = (*registry.patches(), demo)
+    monkeypatch.setattr(registry, "patches", lambda: every)
+    monkeypatch.setattr(plan_module, "patches", lambda: every)
+    cpu, cuda = Target("cpu", "float32"), Target("cuda", "bfloat16")
+
+    assert build_plan(ct.RuntimeOptions(), cpu).steps[-1] == "demo_patch"
+    assert dict(build_plan(ct.RuntimeOptions(), cuda).skipped)["demo_patch"] == "CPU only"
+    off = ct.RuntimeOptions(patches={"demo_patch": False})
+    assert off.switch("demo_patch") is False and "demo_patch" not in build_plan(off, cpu).steps
+    assert "demo_patch" not in dict(build_plan(off, cuda).skipped)
+    on = ct.RuntimeOptions(patches={"demo_patch": True})
+    with pytest.raises(ValueError, match="demo_patch=True cannot apply on cuda bfloat16 dp=1,tp=1: CPU only"):
+        build_plan(on, cuda)
+    assert hash(on) != hash(off) and on == ct.RuntimeOptions(patches=(("demo_patch", True),))
+    assert ct.RuntimeOptions(patches={"demo_patch": None}) == ct.RuntimeOptions()
+
+    with pytest.raises(ValueError, match="no registered patch answers to 'demo_typo'; known: cache_first"):
+        ct.RuntimeOptions(patches={"demo_typo": True})
+    with pytest.raises(ValueError, match="'frame_scan' has a field of its own"):
+        ct.RuntimeOptions(patches={"frame_scan": False})
+    with pytest.raises(TypeError, match=r"patches\['demo_patch'\] must be None, True or False"):
+        ct.RuntimeOptions(patches={"demo_patch": "yes"})
+    with pytest.raises(TypeError, match="patches must map switch names"):
+        ct.RuntimeOptions(patches=["demo_patch"])

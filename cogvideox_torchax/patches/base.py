@@ -44,8 +44,9 @@ class Patch:
     """One optimisation: a `RuntimeOptions` switch and what it does.
 
     Attributes:
-        option: the `RuntimeOptions` switch (on, off, or auto: where
-            ``why_not`` says nothing).
+        option: the switch's name (on, off, or auto: where ``why_not``
+            says nothing): a `RuntimeOptions` field, or for a patch without
+            one, a key of ``RuntimeOptions.patches``.
         order: place in the order of application (lower first).
         apply: patches a module in place for a plan over a mesh; None for a
             patch that acts while tracing (`traced_environment`).

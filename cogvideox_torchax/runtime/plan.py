@@ -227,7 +227,7 @@ def build_plan(options: RuntimeOptions, target: Target) -> RunPlan:
     applied: list[str] = []
     skipped: list[tuple[str, str]] = []
     for patch in patches():
-        wanted = getattr(options, patch.option)
+        wanted = options.switch(patch.option)
         if wanted is False:
             continue
         why = patch.why_not(target, frozenset(applied))
