@@ -1,60 +1,44 @@
-"""Lets torchax 0.0.13 import on torch releases without named-tensor overloads.
+"""Lets torchax import on every torch release in the supported range.
 
-torchax builds two tables at import time (`torchax.amp`'s autocast policy and
-`torchax.decompositions`' decomposition list) that name ATen overloads taking a
-`Dimname` argument, such as ``torch.ops.aten.prod.dim_Dimname``. torch 2.13
-removed those overloads, so the attribute lookup raises and ``import torchax``
-fails before any of our code runs.
+torchax names ATen ops by attribute while it imports (its op registry's
+decorators, its autocast policy, its decomposition list). Whenever a torch
+release removes an op or one of its overloads (2.13 the named-tensor
+overloads such as ``aten.prod.dim_Dimname``, 2.14 the ``aten.cholesky`` and
+``aten.qr`` packets), that lookup raises and ``import torchax`` fails.
 
-The overloads can never be dispatched on such a torch (nothing produces them),
-so the tables only need *something* hashable under those names. We install a
-unique placeholder on the op packet for each missing overload, and only for
-missing ones: on a torch that still has them (e.g. 2.11) nothing is touched.
-This is the only place in the project that knows about the problem.
+So the names are not kept by hand: `torchax_op_names` reads them from
+torchax's own source (its syntax trees, without importing it), and
+`install_placeholders` gives each one this torch lacks an inert stand-in,
+hashable and distinct from every real op, so a table keyed by it can never
+match a dispatched call. Calling one raises `RemovedOpError` naming the op.
+On a torch that has an op, nothing about it is touched. Every import of
+torchax in the project goes through `import_torchax`.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import importlib.util
 import types
+from pathlib import Path
 
-import torch
+# Namespaces torch defines completely when it is imported. Others (e.g.
+# ``torchvision``) are filled by later imports, where a placeholder would
+# shadow the real op, so they are never touched.
+CORE_NAMESPACES = ("aten", "prims")
 
-# (packet name, overload name) pairs that torchax 0.0.13 references by
-# attribute at import time and that torch 2.13 no longer defines: every
-# named-tensor variant (`Dimname`, `dimname`, `names`) in its tables.
-# tests/test_torch_compat.py rescans torchax's source for any others.
-TORCHAX_DIMNAME_OVERLOADS: tuple[tuple[str, str], ...] = (
-    ("all", "dimname"),
-    ("all", "dimname_out"),
-    ("index_add", "dimname"),
-    ("index_copy", "dimname"),
-    ("index_copy_", "dimname"),
-    ("index_fill", "Dimname_Scalar"),
-    ("index_fill", "Dimname_Tensor"),
-    ("index_fill_", "Dimname_Scalar"),
-    ("index_fill_", "Dimname_Tensor"),
-    ("norm", "names_ScalarOpt_dim"),
-    ("norm", "names_ScalarOpt_dim_dtype"),
-    ("norm", "names_dtype_out"),
-    ("norm", "names_out"),
-    ("prod", "dim_Dimname"),
-    ("std", "correction_names"),
-    ("std", "correction_names_out"),
-    ("std", "names_dim"),
-    ("std", "names_out"),
-    ("std_mean", "correction_names"),
-    ("std_mean", "names_dim"),
-    ("unbind", "Dimname"),
-)
+
+class RemovedOpError(NotImplementedError):
+    """An op torchax names but the installed torch does not define was called."""
 
 
 class RemovedOverload:
     """Stands in for an ATen overload that this torch build does not define.
 
-    Hashable and distinct from every real op, so a table keyed by it can never
-    match a dispatched call; `torch._decomp.get_decompositions` skips it because
-    it is not an `OpOverload`.
+    Hashable and distinct from every real op; `torch._decomp.get_decompositions`
+    skips it because it is not an `OpOverload`.
     """
 
     __slots__ = ("qualified_name",)
@@ -65,39 +49,149 @@ class RemovedOverload:
     def __repr__(self) -> str:
         return f"RemovedOverload({self.qualified_name!r})"
 
+    def __call__(self, *args, **kwargs):
+        import torch
 
-def _has_overload(packet: torch._ops.OpOverloadPacket, name: str) -> bool:
-    # `overloads()` asks the dispatcher, so it is not fooled by an attribute we
-    # set ourselves earlier.
-    return name in packet.overloads()
+        raise RemovedOpError(
+            f"{self.qualified_name} is not defined by torch {torch.__version__}; "
+            "torchax names it, but nothing in this project dispatches it"
+        )
 
 
-def install_missing_overload_placeholders(
-    pairs: tuple[tuple[str, str], ...] = TORCHAX_DIMNAME_OVERLOADS,
-) -> list[str]:
-    """Puts a `RemovedOverload` on each ATen packet lacking the named overload.
+class RemovedPacket(RemovedOverload):
+    """Stands in for a whole ATen op (packet) this torch does not define.
 
-    Idempotent; a no-op where torch still defines the overloads.
+    Its overloads (``.default`` and any other attribute) are `RemovedOverload`
+    placeholders of their own, made once each.
+    """
+
+    __slots__ = ("_overloads",)
+
+    def __init__(self, qualified_name: str):
+        super().__init__(qualified_name)
+        self._overloads: dict[str, RemovedOverload] = {}
+
+    def __repr__(self) -> str:
+        return f"RemovedPacket({self.qualified_name!r})"
+
+    def __getattr__(self, name: str) -> RemovedOverload:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._overloads.setdefault(name, RemovedOverload(f"{self.qualified_name}.{name}"))
+
+    def overloads(self) -> list[str]:
+        return []
+
+
+def _chain(node: ast.AST) -> list[str] | None:
+    # `a.b.c` as ["a", "b", "c"]; None for anything not a plain name chain.
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return parts[::-1]
+
+
+def _namespace_of(parts: list[str], aliases: dict[str, str]) -> tuple[str, list[str]] | None:
+    # ("aten", rest) for torch.ops.aten.rest, torch._ops.ops.aten.rest or alias.rest.
+    for prefix in (["torch", "ops"], ["torch", "_ops", "ops"]):
+        n = len(prefix)
+        if parts[:n] == prefix and len(parts) > n:
+            return parts[n], parts[n + 1 :]
+    if parts[0] in aliases:
+        return aliases[parts[0]], parts[1:]
+    return None
+
+
+def _names_in_source(source: str) -> set[tuple[str, str, str | None]]:
+    tree = ast.parse(source)
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        # aten = torch.ops.aten / torch._ops.ops.aten; from torch.ops import aten
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            parts = _chain(node.value)
+            found = _namespace_of(parts, {}) if parts else None
+            if found and not found[1]:
+                aliases[node.targets[0].id] = found[0]
+        elif isinstance(node, ast.ImportFrom) and node.module in ("torch.ops", "torch._ops.ops"):
+            for name in node.names:
+                aliases[name.asname or name.name] = name.name
+    names: set[tuple[str, str, str | None]] = set()
+    for node in ast.walk(tree):
+        parts = _chain(node) if isinstance(node, ast.Attribute) else None
+        found = _namespace_of(parts, aliases) if parts else None
+        if found and found[1]:
+            namespace, rest = found
+            names.add((namespace, rest[0], rest[1] if len(rest) > 1 else None))
+    return names
+
+
+@functools.cache
+def torchax_op_names(package: str = "torchax") -> frozenset[tuple[str, str, str | None]]:
+    """Every ``(namespace, op, overload or None)`` that ``package``'s source names under ``torch.ops``.
+
+    Read from the installed package's files without importing it.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"{package} is not installed")
+    names: set[tuple[str, str, str | None]] = set()
+    for location in spec.submodule_search_locations:
+        for path in sorted(Path(location).rglob("*.py")):
+            names |= _names_in_source(path.read_text(encoding="utf-8"))
+    return frozenset(names)
+
+
+def _is_packet_method(name: str) -> bool:
+    import torch
+
+    # e.g. `torch.ops.aten.add.overloads()`: a method of the packet, not an overload.
+    return hasattr(torch._ops.OpOverloadPacket, name)
+
+
+def install_placeholders(names=None) -> list[str]:
+    """Gives each op or overload in ``names`` that this torch lacks a placeholder.
+
+    Only the core namespaces (`CORE_NAMESPACES`) are touched. Idempotent; a
+    no-op where torch defines everything named.
 
     Args:
-        pairs: ``(packet, overload)`` names under ``torch.ops.aten``.
+        names: ``(namespace, op, overload or None)`` triples; default: what
+            torchax's source names (`torchax_op_names`).
 
     Returns:
-        The qualified names (``"aten::prod.dim_Dimname"``) that got a placeholder
-        in this call or an earlier one.
+        The qualified names (``"aten::cholesky"``, ``"aten::prod.dim_Dimname"``)
+        that have a placeholder after this call, sorted.
     """
-    installed = []
-    for packet_name, overload in pairs:
-        packet = getattr(torch.ops.aten, packet_name)
-        if _has_overload(packet, overload):
+    import torch
+
+    installed = set()
+    for namespace, op, overload in sorted(torchax_op_names() if names is None else names, key=str):
+        if namespace not in CORE_NAMESPACES:
+            continue
+        space = getattr(torch.ops, namespace)
+        packet = space.__dict__.get(op)
+        if packet is None:
+            try:
+                packet = getattr(space, op)
+            except AttributeError:
+                # _OpNamespace.__getattr__ runs only when normal lookup fails,
+                # so an instance attribute answers `torch.ops.aten.<op>` from now on.
+                packet = RemovedPacket(f"{namespace}::{op}")
+                setattr(space, op, packet)
+        if isinstance(packet, RemovedPacket):
+            installed.add(packet.qualified_name)
+            continue
+        if overload is None or _is_packet_method(overload) or overload in packet.overloads():
             continue
         existing = packet.__dict__.get(overload)
         if not isinstance(existing, RemovedOverload):
-            # OpOverloadPacket.__getattr__ only runs when normal lookup fails,
-            # so an instance attribute is enough to satisfy `packet.overload`.
-            setattr(packet, overload, RemovedOverload(f"aten::{packet_name}.{overload}"))
-        installed.append(f"aten::{packet_name}.{overload}")
-    return installed
+            setattr(packet, overload, RemovedOverload(f"{namespace}::{op}.{overload}"))
+        installed.add(f"{namespace}::{op}.{overload}")
+    return sorted(installed)
 
 
 def import_torchax() -> types.ModuleType:
@@ -108,5 +202,5 @@ def import_torchax() -> types.ModuleType:
     Returns:
         The `torchax` module.
     """
-    install_missing_overload_placeholders()
+    install_placeholders()
     return importlib.import_module("torchax")
