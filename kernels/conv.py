@@ -160,7 +160,9 @@ def _split(x, out_shape, w_shape, stride, padding, dilation, max_elements, one) 
     elements; upstream's `CogVideoXSafeConv3d` chunks in time for the same
     reason. Pieces go along the batch when one sample fits, else along the
     first spatial axis (time for the 3-D convs) with its halo of
-    ``dilation * (kernel - 1)`` input rows. Each piece is the same
+    ``dilation * (kernel - 1)`` input rows, and where one row of that axis
+    is still too large (a frame above 2^28 elements at the GPU plan's chunk
+    size), each row along the next axis in turn. Each piece is the same
     arithmetic as the whole, so the result is unchanged.
     """
     n = x.shape[0]
@@ -176,27 +178,44 @@ def _split(x, out_shape, w_shape, stride, padding, dilation, max_elements, one) 
                 piece_out = (piece.shape[0], *out_shape[1:])
                 pieces.append(_split(piece, piece_out, w_shape, stride, padding, dilation, max_elements, one))
         return jnp.concatenate(pieces, axis=0)
-    # Along the first spatial axis: its padding is applied here, once, so
-    # that every piece is a plain valid slice.
-    if padding[0]:
-        x = jnp.pad(x, [(0, 0), (0, 0), (padding[0], padding[0])] + [(0, 0)] * (x.ndim - 3))
-    s, d, k = stride[0], dilation[0], w_shape[2]
-    rows_out = out_shape[2]
-    in_row = math.prod(x.shape[:2]) * math.prod(x.shape[3:])
-    out_row = math.prod(out_shape[:2]) * math.prod(out_shape[3:])
+    return _split_spatial(x, out_shape, w_shape, stride, padding, dilation, max_elements, one, 0)
+
+
+def _split_spatial(x, out_shape, w_shape, stride, padding, dilation, max_elements, one, axis) -> jax.Array:
+    # Pieces along spatial axis ``axis``: its padding is applied here, once,
+    # so that every piece is a plain valid slice along it.
+    dim = 2 + axis
+    if padding[axis]:
+        x = jnp.pad(x, [(padding[axis], padding[axis]) if i == dim else (0, 0) for i in range(x.ndim)])
+    padding = tuple(0 if i == axis else p for i, p in enumerate(padding))
+    s, d, k = stride[axis], dilation[axis], w_shape[dim]
+    rows_out = out_shape[dim]
+    in_row = math.prod(x.shape) // x.shape[dim]
+    out_row = math.prod(out_shape) // rows_out
+
+    def too_big(size: int) -> bool:
+        return max(((size - 1) * s + d * (k - 1) + 1) * in_row, size * out_row) > max_elements
+
     size = rows_out
-    while size > 1 and max(((size - 1) * s + d * (k - 1) + 1) * in_row, size * out_row) > max_elements:
+    while size > 1 and too_big(size):
         size -= 1
-    if max(((size - 1) * s + d * (k - 1) + 1) * in_row, size * out_row) > max_elements:
+    finer = too_big(size) and axis + 1 < x.ndim - 2
+    if too_big(size) and not finer:
         raise ValueError(
             f"cannot split a convolution of {x.shape=}, weight {tuple(w_shape)} below {max_elements=} elements"
         )
     pieces = []
     for a in range(0, rows_out, size):
         b = min(a + size, rows_out)
-        piece = jax.lax.slice_in_dim(x, a * s, (b - 1) * s + d * (k - 1) + 1, axis=2)
-        pieces.append(one(piece, padding=(0, *padding[1:])))
-    return jnp.concatenate(pieces, axis=2)
+        piece = jax.lax.slice_in_dim(x, a * s, (b - 1) * s + d * (k - 1) + 1, axis=dim)
+        if finer:
+            piece_out = tuple(b - a if i == dim else n for i, n in enumerate(out_shape))
+            pieces.append(
+                _split_spatial(piece, piece_out, w_shape, stride, padding, dilation, max_elements, one, axis + 1)
+            )
+        else:
+            pieces.append(one(piece, padding=padding))
+    return jnp.concatenate(pieces, axis=dim)
 
 
 def _conv_one(

@@ -109,17 +109,32 @@ def test_cuda_plan_in_fp32_equals_upstream(tiny_upstream, frames):
 # upsampler's 2-D conv, would read more than 2^31 elements per frame batch.
 @pytest.mark.slow
 @pytest.mark.parametrize("frames", [21, 41])
-def test_cuda_program_has_no_convolution_of_2_31_elements(frames):
-    vae = ct.wrap(ct.random_upstream("cogvideox-1.5", seed=0), dtype="bfloat16", mesh="dp=1,tp=1")
+def test_cuda_program_has_no_convolution_of_2_31_elements(vae_15, frames):
     shape = (1, 16, frames, 96, 170)
-    cuda = hlo.convolutions(vae.lower_decode(shape, platform="cuda").as_text())
+    cuda = hlo.convolutions(vae_15.lower_decode(shape, platform="cuda").as_text())
     largest = max(c.max_elements for c in cuda)
     assert largest < 2**31, largest
     # The one-chip TPU program splits them too (for memory: plan.py); the CPU one keeps them whole.
-    tpu = hlo.convolutions(vae.lower_decode(shape, platform="tpu").as_text())
+    tpu = hlo.convolutions(vae_15.lower_decode(shape, platform="tpu").as_text())
     assert max(c.max_elements for c in tpu) < 2**31
-    cpu = hlo.convolutions(vae.lower_decode(shape, platform="cpu").as_text())
+    cpu = hlo.convolutions(vae_15.lower_decode(shape, platform="cpu").as_text())
     assert max(c.max_elements for c in cpu) >= 2**31 and len(cuda) > len(cpu)
+
+
+@pytest.mark.slow
+def test_cuda_program_lowers_for_frames_above_768x1360(vae_15):
+    # 1080p: one frame of a 256-channel activation (530 M elements) is larger
+    # than the time chunks' 2^28, so the upsamplers' and shortcuts' convs are
+    # split along height too; every convolution stays within the chunk size
+    # or, for the resnet convs of one output frame, below 2^31.
+    from cogvideox_torchax.patches.time_chunks import CHUNK_ELEMENTS
+
+    cuda = hlo.convolutions(vae_15.lower_decode((1, 16, 2, 135, 240), platform="cuda").as_text())
+    assert max(c.max_elements for c in cuda) < 2**31
+    frame = 256 * 1080 * 1920
+    assert frame > CHUNK_ELEMENTS
+    # Some convolution reads a strip of a frame: fewer rows than the frame has.
+    assert any(c.input_shape[1] == 256 and c.input_shape[3] < 1080 for c in cuda if len(c.input_shape) == 5)
 
 
 def test_split_convolutions_equal_upstream(tiny_upstream):
@@ -136,6 +151,22 @@ def test_split_convolutions_equal_upstream(tiny_upstream):
     assert max(c.max_elements for c in unsplit) > 2 * limit
     z = seeded_latents(shape, seed=4)
     assert_close(vae.decode(z).sample, upstream_decode(tiny_upstream, z), atol=1e-5, label="split convs fp32")
+
+
+def test_cuda_plan_with_frames_above_its_split_size_equals_upstream(tiny_upstream):
+    # The GPU plan's situation above 768x1360, scaled down: one frame of the
+    # tiny config's last up block (8 x 64 x 64 = 32768 elements) is above the
+    # split size, so its convolutions (time chunks, upsamplers, shortcuts)
+    # are cut into strips of rows, with their halo, inside each frame.
+    limit = 20_000
+    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(conv_split_elements=limit))
+    shape = (1, 4, 3, 8, 8)
+    convs = hlo.convolutions(vae.lower_decode(shape, platform="cuda").as_text())
+    assert max(c.max_elements for c in convs) <= limit
+    assert any(c.input_shape[3] < 64 for c in convs if len(c.input_shape) == 5 and c.input_shape[1] == 8)
+    z = seeded_latents(shape, seed=6)
+    assert_close(_decode_with_plan_of(vae, "cuda", z), upstream_decode(tiny_upstream, z), atol=2e-5,
+                 label="cuda plan, frames split in rows, fp32")
 
 
 def _decode_with_plan_of(vae, platform: str, z: torch.Tensor, kind: str = "decode") -> torch.Tensor:

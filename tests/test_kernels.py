@@ -176,6 +176,11 @@ def test_conv_matches_torch_fp32(shape, wshape, kw, with_bias, channels_last):
         # Time, with time padding, stride and dilation.
         ((1, 4, 9, 5, 7), (5, 4, 3, 3, 3), dict(stride=(2, 1, 1), padding=(1, 1, 1), dilation=(1, 1, 1)), 700, 3),
         ((1, 4, 9, 5, 7), (5, 4, 3, 1, 1), dict(stride=(1, 1, 1), padding=(0, 0, 0), dilation=(2, 1, 1)), 1000, 2),
+        # One time row (its three input frames) above the limit: each one split
+        # along height, then along width too (frames larger than the GPU
+        # plan's chunk size, above 768x1360).
+        ((1, 4, 4, 6, 7), (5, 4, 3, 3, 3), dict(stride=(1, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 1)), 400, 6),
+        ((1, 4, 4, 6, 7), (5, 4, 3, 3, 3), dict(stride=(1, 1, 1), padding=(0, 1, 1), dilation=(1, 1, 1)), 200, 36),
     ],
 )
 @pytest.mark.parametrize("channels_last", [True, False])
@@ -185,20 +190,25 @@ def test_split_conv_equals_the_whole(shape, wshape, kw, limit, pieces, channels_
     split = jax.jit(lambda x: conv(x, w, b, channels_last=channels_last, max_elements=limit, **kw))
     text = split.lower(x).as_text()
     assert text.count("stablehlo.convolution") == pieces
-    # Every convolution operand and result within the limit (weights are smaller still).
+    # Every convolution's input and result within the limit (the weights are
+    # not split; on the models they are far below it).
     conv_lines = [ln for ln in text.splitlines() if "stablehlo.convolution" in ln]
     for ln in conv_lines:
         dims = re.findall(r"tensor<([\dx]+)xf32>", ln.rsplit(" : ", 1)[-1])
-        assert all(math.prod(int(d) for d in t.split("x")) <= limit for t in dims), ln
+        assert all(math.prod(int(d) for d in t.split("x")) <= limit for t in (dims[0], dims[-1])), ln
     # fp32 summation order differs between the pieces and the whole.
     assert_close(split(x), conv_reference(x, w, b, **kw), atol=2e-5, label=f"split conv {shape} <= {limit}")
 
 
 def test_split_conv_refuses_what_cannot_fit():
+    # The smallest piece, one output element's window (4 channels x 5 dilated
+    # frames x 3 x 3), holds 180 input elements.
     x = jnp.zeros((1, 4, 9, 5, 7), jnp.float32)
-    w = jnp.zeros((5, 4, 3, 1, 1), jnp.float32)
+    w = jnp.zeros((5, 4, 3, 3, 3), jnp.float32)
     with pytest.raises(ValueError, match="cannot split a convolution"):
-        conv(x, w, None, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(2, 1, 1), max_elements=600)
+        conv(x, w, None, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(2, 1, 1), max_elements=179)
+    assert conv(x, w, None, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(2, 1, 1), max_elements=180).shape == (
+        1, 5, 5, 3, 5)
 
 
 def test_conv_bias_after_rounding_emits_bf16_from_the_convolution():
