@@ -4,10 +4,24 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
+from cogvideox_torchax.runtime import targets
 
 # tests/multidevice needs 8 simulated devices, which must be set before JAX
 # starts; tests/test_multidevice.py runs it in its own process with them.
 collect_ignore = [] if "device_count=8" in os.environ.get("XLA_FLAGS", "") else ["multidevice"]
+
+
+def require_compiler(platform: str) -> None:
+    """Skips a test that compiles for ``platform`` ("cuda" / "tpu") where its compiler is not installed.
+
+    Under CI (``CI`` set) the compilers are part of every tested stack, so a
+    missing one fails the test instead of hiding it.
+    """
+    missing = targets.compiler_missing(platform)
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI installs the compilers of every stack, yet {missing}")
+    if missing:
+        pytest.skip(missing)
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +39,12 @@ def tiny_vae(tiny_upstream):
 def upstream_2b():
     """The real CogVideoX-2b VAE architecture with seeded random weights."""
     return ct.random_upstream("cogvideox-2b", seed=0)
+
+
+@pytest.fixture(scope="session")
+def vae_15():
+    """The real CogVideoX 1.5 VAE architecture, seeded random weights, bf16 (for lowering and compiling only)."""
+    return ct.wrap(ct.random_upstream("cogvideox-1.5", seed=0), dtype="bfloat16", mesh="dp=1,tp=1")
 
 
 def upstream_decode(module, z: torch.Tensor) -> torch.Tensor:

@@ -212,6 +212,9 @@ def test_lowered_describes_a_tpu_program_on_this_cpu():
 
 
 def test_targets_bench_compiles_ours_and_the_flax_port_for_a_gpu(tmp_path):
+    from tests.conftest import require_compiler
+
+    require_compiler("cuda")
     # Each system in its own process, compiled by the H200's compiler (~20 s).
     done = subprocess.run(
         [sys.executable, "-m", "bench.targets", "--target", "h200", "--shape", "1,4,3,8,16", "--model", "random:tiny",

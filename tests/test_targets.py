@@ -13,6 +13,7 @@ import pytest
 
 import cogvideox_torchax as ct
 from cogvideox_torchax.runtime import budget, hlo, targets
+from tests.conftest import require_compiler
 
 _TINY = (1, 4, 3, 8, 16)  # first batch + one scan step, both upsamplers, every SpatialNorm
 
@@ -35,6 +36,7 @@ def test_known_targets_and_their_budgets():
 
 
 def test_h200_program_runs_cudnn_convs_with_the_bias_fused_and_bf16_activations(tiny_bf16):
+    require_compiler("cuda")
     compiled = tiny_bf16.compile_decode(_TINY, target="h200")
     text = compiled.as_text()
     convs, moves = hlo.compiled_ops(text)
@@ -62,6 +64,7 @@ def test_h200_program_runs_cudnn_convs_with_the_bias_fused_and_bf16_activations(
 
 
 def test_h200_fp16_program_fuses_the_bias_into_cudnn_convs_with_fp16_activations(tiny_upstream):
+    require_compiler("cuda")
     # wrap of a float16 module (CogVideoX-2b's published torch_dtype) runs in float16.
     vae = ct.wrap(tiny_upstream.half(), mesh="dp=1,tp=1")
     tiny_upstream.float()
@@ -72,7 +75,26 @@ def test_h200_fp16_program_fuses_the_bias_into_cudnn_convs_with_fp16_activations
     assert all(c.dtype == "f16" for c in convs if c.elements > latent_res), [c for c in convs if c.dtype != "f16"]
 
 
+@pytest.mark.slow
+def test_h200_program_at_1080p_keeps_its_invariants(vae_15):
+    # Frames above 768x1360: one 256-channel frame exceeds the time chunks'
+    # 2^28 elements, so the plan splits convolutions within frames. Still
+    # all cuDNN, all NCDHW, bf16, none near 2^31, no activation moved.
+    require_compiler("cuda")
+    shape = (1, 16, 2, 135, 240)
+    text = vae_15.compile_decode(shape, target="h200").as_text()
+    convs, moves = hlo.compiled_ops(text)
+    assert len(convs) >= 200 and all(c.op == "cudnn-conv" for c in convs)
+    assert {c.dim_labels for c in convs} == {"bf012_oi012->bf012"}
+    assert max(c.elements for c in convs) <= 2**28
+    latent_res = 512 * 3 * 135 * 240  # SpatialNorm's fp32 1x1x1 convs (up to 512 channels) at latent resolution
+    assert all(c.dtype == "bf16" for c in convs if c.elements > latent_res)
+    summary = hlo.compiled_summary(text, min_elements=128 * 1080 * 1920)
+    assert summary["activation_layout_changes"] == 0
+
+
 def test_tpu_program_over_two_chips_shards_width(tiny_bf16):
+    require_compiler("tpu")
     # About 25 s on 2 cores: the TPU compiler is slow.
     compiled = tiny_bf16.compile_decode(_TINY, target="v6e-8", mesh="dp=1,tp=2")
     text = compiled.as_text()
@@ -100,6 +122,7 @@ def _cli(*args, cwd):
 
 
 def test_dry_run_plans_for_a_target_and_target_needs_dry_run(tmp_path):
+    require_compiler("cuda")
     import safetensors.torch
     import torch
 

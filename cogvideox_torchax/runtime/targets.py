@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-INSTALL_HINT = 'pip install "cogvideox-torchax[aot]"'
+INSTALL_HINT = 'pip install -e ".[aot]" in the project folder'
 
 
 class TargetUnavailableError(RuntimeError):
@@ -237,20 +237,48 @@ def use_cpu_without_accelerators() -> None:
         xla_bridge._discover_and_register_pjrt_plugins()
 
 
+# The CUDA PJRT plugins JAX publishes, newest first: either one compiles for Hopper.
+_CUDA_PLUGINS = ("jax_plugins.xla_cuda13", "jax_plugins.xla_cuda12")
+
+
+def _cuda_plugin_library() -> Path | None:
+    for module in _CUDA_PLUGINS:
+        try:
+            spec = importlib.util.find_spec(module)
+        except ImportError:  # no jax_plugins namespace at all
+            return None
+        library = Path(spec.origin).parent / "xla_cuda_plugin.so" if spec and spec.origin else None
+        if library is not None and library.exists():
+            return library
+    return None
+
+
+def compiler_missing(platform: str) -> str | None:
+    """Why the compile-only compiler for ``platform`` (``"cuda"`` or ``"tpu"``) cannot start here, or None.
+
+    Checks that it is installed, without starting it.
+    """
+    if platform == "cuda" and _cuda_plugin_library() is None:
+        return f"the CUDA compiler (a jax CUDA PJRT plugin) is not installed: {INSTALL_HINT}"
+    if platform == "tpu" and importlib.util.find_spec("libtpu") is None:
+        return f"the TPU compiler (libtpu) is not installed: {INSTALL_HINT}"
+    return None
+
+
 def _start_cuda_compiler() -> None:
     from jax._src import xla_bridge
     from jax._src.lib import xla_client
 
     if xla_client.pjrt_plugin_loaded("cuda"):
         return
-    spec = importlib.util.find_spec("jax_plugins.xla_cuda12")
-    library = Path(spec.origin).parent / "xla_cuda_plugin.so" if spec and spec.origin else None
-    if library is None or not library.exists():
-        raise TargetUnavailableError(f"the CUDA compiler is not installed: {INSTALL_HINT}")
+    missing = compiler_missing("cuda")
+    if missing:
+        raise TargetUnavailableError(missing)
     # JAX skipped it at start-up (no GPU here): register it for compiling only.
     with _quiet_stderr():
         xla_bridge.register_plugin(
-            "cuda", priority=500, library_path=str(library), options=xla_client.generate_pjrt_gpu_plugin_options()
+            "cuda", priority=500, library_path=str(_cuda_plugin_library()),
+            options=xla_client.generate_pjrt_gpu_plugin_options(),
         )
 
 
@@ -273,8 +301,9 @@ def compile_devices(name: str) -> tuple[Any, ...]:
                     platform="cuda", topology=f"1x1x{acc.devices}", target_config=gpu_target_config(acc.name)
                 )
         else:
-            if importlib.util.find_spec("libtpu") is None:
-                raise TargetUnavailableError(f"the TPU compiler (libtpu) is not installed: {INSTALL_HINT}")
+            missing = compiler_missing("tpu")
+            if missing:
+                raise TargetUnavailableError(missing)
             # libtpu probes the host for a TPU it is not on; these say which one it compiles for.
             os.environ.setdefault("TPU_ACCELERATOR_TYPE", f"{acc.topology.split(':')[0]}-8")
             os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
