@@ -1,4 +1,4 @@
-"""The README's install, run and test commands are what CI runs."""
+"""The README's install, run, test and docs commands are what CI runs; its links lead somewhere."""
 
 import pathlib
 import re
@@ -58,3 +58,23 @@ def test_pipeline_example_runs(monkeypatch):
     assert isinstance(pipe.vae, ct.TorchaxVAE) and pipe.vae.options.dtype == "float16"
     assert pipe.vae.use_tiling and pipe.vae.use_slicing
     assert len(video) == 49 and video[0].size == (32, 32)  # PIL frames, the tiny transformer's 32x32
+
+
+def test_docs_commands_are_what_ci_runs():
+    """The README serves the docs with the mkdocs install CI uses, and names the build CI runs."""
+    readme = (ROOT / "README.md").read_text()
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = _section_commands(readme, "Documentation")
+    assert commands[-1] == "mkdocs serve"
+    for command in commands[:-1]:
+        assert command in ci, f"README Documentation command not in .ci/run: {command}"
+    assert "mkdocs build --strict" in ci and "`mkdocs build --strict`" in readme
+    assert (ROOT / "mkdocs.yml").is_file()
+
+
+def test_readme_is_short_and_its_links_exist():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250 and len(readme.encode()) <= 15_000
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
+        if "://" not in target:
+            assert (ROOT / target).exists(), f"README links to a missing file: {target}"
