@@ -1,4 +1,4 @@
-"""What a decode program for another platform looks like, built on this machine without its hardware.
+"""What a decode program for another platform looks like, built on any machine without its hardware.
 
 ``python -m bench.lowered --platform tpu --shape 21,96,170`` lowers our
 decode for that platform (`TorchaxVAE.lower_decode(shape, platform=...)`)

@@ -1,8 +1,8 @@
 """GroupNorm with fp32 statistics and no full-size fp32 copy of the input.
 
 torch's GroupNorm on a bf16 activation computes in fp32; a naive JAX port does
-``x.astype(float32)`` first and keeps that full-size copy alive (seeds 000:
-the bf16 decode still ran out of memory because of exactly this). Here the
+``x.astype(float32)`` first and keeps that full-size copy alive (a bf16
+decode written that way runs out of memory because of exactly this). Here the
 fp32 conversion only ever feeds a reduction (fused into the reduce) or the
 normalisation's elementwise chain, which ends in the cast back to the input
 dtype and is fused into one pass: fp32 values live in registers only.

@@ -1,6 +1,6 @@
 """Reading lowered StableHLO text: which full-size f32 values feed what.
 
-The bf16 rule (issue 4): an fp32 value as large as an activation may exist in
+The bf16 rule: an fp32 value as large as an activation may exist in
 the lowered program only as the inside of a fusible computation, i.e. it
 reaches nothing but elementwise ops that end in a reduction or in a cast back
 to a narrower float. XLA fuses such chains (and a convolution's fp32

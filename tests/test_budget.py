@@ -10,7 +10,7 @@ from cogvideox_torchax.runtime import budget
 from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close
 
-# Measured on this CPU: the whole decode of (1,4,2,16,24) compiles to 40.5 MB
+# Measured on a 2-core CPU (jax 0.10.2): the whole decode of (1,4,2,16,24) compiles to 40.5 MB
 # (temporaries + arguments + outputs), tiles of 12x15 latents to 40.3 MB, of
 # 6x10 to 9.5 MB, of 6x5 to 9.2 MB.
 _SHAPE = (1, 4, 2, 16, 24)

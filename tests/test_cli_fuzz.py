@@ -1,4 +1,4 @@
-"""Fuzzing the command lines' bad-input contract (issue 15).
+"""Fuzzing the command lines' bad-input contract.
 
 Hypothesis generates, from a fixed seed (``derandomize=True``), malformed
 latents files (safetensors headers and values), broken model configs and

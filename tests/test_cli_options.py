@@ -1,6 +1,6 @@
 """Every numeric option's range, usage errors as one line, and outputs that may not be written, all before loading.
 
-Each case exits 2 with one ``error:`` line naming the option (issue 26: rows 1, 6, 7, 13, 14, 15), and the
+Each case exits 2 with one ``error:`` line naming the option, and the
 model is never loaded (`stages.load_stage` fails the test if reached).
 """
 

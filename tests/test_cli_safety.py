@@ -1,4 +1,4 @@
-"""Issue 15: the command lines never lose data, check every path first, and keep their exit codes.
+"""The command lines never lose data, check every path first, and keep their exit codes.
 
 In-process (``main(argv)``) with the tiny config wherever it can be; one
 subprocess for a real Ctrl-C.

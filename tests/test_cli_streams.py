@@ -1,4 +1,4 @@
-"""A closed or failing stderr changes no outcome: the exit code and the outputs are what they would be (issue 26 rows 4, 18)."""
+"""A closed or failing stderr changes no outcome: the exit code and the outputs are what they would be."""
 
 import os
 import subprocess

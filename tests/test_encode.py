@@ -15,7 +15,7 @@ from cogvideox_torchax import patches
 from tests.parity import assert_close
 
 # fp32: the largest error seen on these shapes is 6.2e-6 (2b, (1,3,9,32,32));
-# tiny stays under 2e-6. The issue's bound is 1e-4 on .mode().
+# tiny stays under 2e-6. The bound asked of the encode is 1e-4 on .mode().
 ATOL = 1e-4
 
 
@@ -111,8 +111,8 @@ def test_encode_program_does_not_grow_with_length(tiny_upstream, tiny_vae):
 
 
 def test_scan_carries_small_caches(tiny_vae):
-    # What the encode's scan keeps through the loop (issue 16, "encode flat
-    # in length"): conv_in's cache as its 3 input channels, not the fp32
+    # What the encode's scan keeps through the loop (so the encode stays
+    # flat in length): conv_in's cache as its 3 input channels, not the fp32
     # partial sums of its 8 output channels (128 in the 2b model: 0.33 GiB
     # at 480x720), and no batch-major copy of the later frames beside the
     # input video (each step slices its own batch).
@@ -151,7 +151,7 @@ def test_encoder_convs_add_in_order(tiny_upstream, tiny_vae):
 # 71.56 / 72.09 / 73.86 / 72.61 / 70.33 / 74.68 dB, torch 71.82 / 72.12 /
 # 74.07 / 72.79 / 70.65 / 74.47 dB (-0.32 to +0.21, mean -0.13); the TPU
 # plan's program (run here) the same to the dB. Hence the bound on the
-# mean over seeds (0.5 dB, the issue's) and 1 dB per seed for the luck.
+# mean over seeds (0.5 dB) and 1 dB per seed for the luck.
 def test_tiny_fp16_encode_psnr_level_with_torch():
     from cogvideox_torchax.runtime.programs import ProgramKey
     from cogvideox_torchax.runtime.vae import to_host_torch

@@ -173,7 +173,7 @@ def test_hub_id_offline_and_not_cached_says_what_to_do(tmp_path):
     assert "ERROR" in out.stdout and "local diffusers folder" in out.stdout, out.stdout + out.stderr
 
 
-# -- issue 15: every config value checked, shards inside the folder, only finite float weights --
+# -- every config value checked, shards inside the folder, only finite float weights --
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 Batch goes over ``dp`` and width over ``tp``. Time is never sharded: every
 convolution is causal in time and carries a cache of past frames between frame
-batches, so splitting time would serialise the devices (seeds 004). Height is
+batches, so splitting time would serialise the devices. Height is
 left whole so that one axis carries all the convolution halos.
 """
 

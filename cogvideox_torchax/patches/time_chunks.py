@@ -26,24 +26,10 @@ Values are upstream's: the same norm (`leaf_ops.JaxGroupNorm.apply` with
 the batch's statistics, in one pass or summed frame by frame), the same cache
 (``padded[:, :, -halo:]``), the same convolution on every output frame.
 
-Measured, compiled for an H200 (bf16, `python -m bench.targets --target
-h200`), temporaries: CogVideoX 1.5 at (1,16,21,96,170) 20.40 -> 15.61
-GiB, 2b at (1,16,13,60,90) 6.44 -> 5.80 GiB (5.68 with its 128-channel
-blocks chunked too, at twice the compile time: `WHOLE_ELEMENTS`); still
-no activation moved to another layout, the same 12 copies (the scan's
-latent-size caches); convolutions 238 -> 443 and 234 -> 268. The peak was in the
-scan step at the 1.5 model's first 256 -> 128 convolution: all conv
-caches (8.3 GiB, carried) beside its 5 GiB padded input, a 4 GiB time
-slice of it (copied for the 2^31 split) and the block input. Each step
-mattered: chunks built from the input 17.11 (their inputs built one
-after another: a barrier on the statistics; left free, XLA built all at
-once in one multi-output fusion), statistics frame by frame 15.64 (else
-the first pass stored the joined input for the second), the new cache
-taken after the old one's last reader (15.64 -> 16.42, but no longer 8
-cache copies in the scan), the shortcut frame by frame as the chunks pass
-(15.42); then, for compile time, statistics in one pass where the input
-holds at most `WHOLE_ELEMENTS` (15.61). Adding the residual chunk by chunk
-was worse (16.98 / 5.77).
+Compiled for an H200 (bf16), this lowers the temporaries of CogVideoX 1.5
+at (1,16,21,96,170) from 20.40 to 15.61 GiB and of the 2b model at
+(1,16,13,60,90) from 6.44 to 5.80 GiB; the step-by-step measurements are
+in the handbook's design notes (docs/design.md, "Time chunks on CUDA").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `AheadOfTime` is a mixin over the class's ``programs`` (`ProgramCache`),
 ``planner`` (`Planner`), ``check_latents`` and ``check_video``: what a
-program would be (lowered, compiled, for this machine or a named
+program would be (lowered, compiled, for the attached devices or a named
 accelerator), which memory plan a shape gets, and the compiled programs
 kept per shape.
 """

@@ -7,69 +7,29 @@ from the options and a `Target`; `apply_plan` patches a module with it. The
 target is the platform the program is *built for*, not the machine Python
 runs on, so a CUDA or TPU program can be built and inspected on a CPU.
 
-Per-backend choices and why:
+Per-backend choices, in short (the measurements behind each are in the
+handbook's design notes, docs/design.md, "Per-backend choices"):
 
-- Convolution layout. CPU: channels-last; inside the frame-batch scan
-  XLA:CPU runs a channels-first convolution ~40x slower (see
-  `kernels.conv`). CUDA: written channels-first, the layout the compiler
-  keeps: XLA GPU lays every 3-D convolution out NCDHW whatever the program
-  says (compiled for an H200, `cogvideox_torchax.runtime.targets`), and with the
-  resamplers' 2-D convolutions made 3-D (``resample_conv3d``) every
-  convolution is NCDHW and no activation is transposed (2b decode at
-  (1,16,13,60,90): none, against 36 transposes and 37 copies with
-  channels-last convs and 2-D upsamplers). ROCm: channels-last (not
-  measured). TPU: left to XLA, whose TPU layout assignment picks the
-  physical layout of every operand whatever the logical one; the 3-D
-  resamplers lower what the TPU compiler asks for the CogVideoX 1.5
-  headline on one v6e chip from 54.54 to 42.19 GiB (then see TPU memory).
-- bf16 bias. CPU: added in the fp32 accumulator, rounded once (XLA:CPU
-  fuses that epilogue; +0.5 dB against torchax's two roundings). CUDA: the
-  same numbers from cuDNN's conv-bias epilogue, which XLA fuses from
-  ``bf16 conv + bias`` (written that way for CUDA only, `ConvPolicy.fused_bias`;
-  the explicit fp32 form made cuDNN write the fp32 accumulator out: 78 ms
-  vs 35 ms for a bf16 256->128 3x3x3 conv at 768x1360, H100).
-  TPU and ROCm: the convolution emits bf16 and the bias is added after.
-  The TPU compiler does not keep an fp32 epilogue in the accumulator:
-  compiled for one v6e chip with the bias in fp32 (tiny config,
-  (1,4,3,16,16)), every convolution fusion writes fp32 out (67 of 67;
-  with the bias after rounding only SpatialNorm's 42 latent-size 1x1x1s
-  do) and the temporaries grow 8.07 -> 57.49 MiB. The accuracy is
-  checked against upstream torch's own bf16 decode
-  (tests/test_accelerator_programs.py).
-- fp16 (float16) is planned as bf16 everywhere (fp32 GroupNorm statistics,
-  SiLU and SpatialNorm's scale and shift in fp32, one rounding per op, no
-  activation-sized fp32 tensor, the same layouts and splits, no time
-  taps), except the bias: on every platform it goes into the fp32
-  accumulator, rounded once. CPU: as bf16. CUDA: as bf16, cuDNN's fp16
-  conv-bias epilogue (fp32 accumulation, fused from ``fp16 conv + bias``).
-  TPU and ROCm: the explicit fp32 form (``preferred_element_type=f32``,
-  bias, one cast), not the bf16 plan's add after rounding, which in fp16
-  left the TPU plan's encode up to 1.20 dB below upstream torch's own fp16
-  encode against fp32 (tiny config, (1,3,9,128,128), seeds 0-5: -1.20 to
-  +0.19 dB; with the bias in fp32 -0.32 to +0.21 dB, as the CPU plan).
-  TPUs have bf16, not fp16, matrix units; how the TPU compiler runs an fp16
-  program (its memory, its speed) is not measured here: the fp16 TPU
-  program is lowered and run on the CPU, never compiled for a TPU.
-  Accuracy: tests/test_parity.py, tests/test_encode.py.
-- Convolution size. GPU: no convolution operand or result of 2^31 elements
-  or more; cuDNN's kernels at that size took 17.6 s where two halves took
-  70 ms (H100). TPU: the same limit per device, for memory: the TPU
-  compiler stores a convolution's padded input twice (in the elementwise
-  layout and relayouted for the convolution), 2 x 5.51 GiB for the 1.5
-  headline's first 256 -> 128 conv at 768x1360. CPU: never split.
-- TPU memory (CogVideoX 1.5 headline, one v6e chip, what the compiler
-  asks: 42.19 -> 21.33 GiB): SpatialNorm's scale and shift resized without
-  a full-size gather (``LowResSpatialNorm3D.block_broadcast``), the padded
-  input of each causal conv behind the cache barrier (as on CUDA) and the
-  convolution split above.
+- Convolution layout: CPU channels-last (XLA:CPU runs channels-first far
+  slower inside the frame-batch scan); CUDA channels-first, the NCDHW
+  layout XLA GPU keeps, with the resamplers made 3-D so nothing is
+  transposed; ROCm channels-last (not measured); TPU left to XLA's layout
+  assignment, resamplers 3-D.
+- bf16 bias: CPU and CUDA add it in the fp32 accumulator and round once
+  (CUDA through cuDNN's fused conv-bias epilogue, written as
+  ``bf16 conv + bias``, `ConvPolicy.fused_bias`); TPU and ROCm add it
+  after the bf16 rounding (the TPU compiler writes an fp32 epilogue out).
+- fp16 is planned as bf16, except that every platform adds the bias in
+  the fp32 accumulator. The fp16 TPU program is never compiled for a TPU.
+- Convolution size: GPU and TPU split convolutions whose operand or result
+  would reach 2^31 elements (cuDNN's speed; the TPU compiler's two copies
+  of a padded input); the CPU never splits.
+- TPU memory: SpatialNorm's scale and shift resized without a full-size
+  gather, each causal conv's padded input behind the cache barrier, and
+  the split above.
 - Time taps (`patches.TimeTapCausalConv3d`): CPU in fp32 only.
-- Time chunks (`patches.TimeChunkedResnetBlock3D`): CUDA. Compiled for an
-  H200 (bf16): 1.5 at (1,16,21,96,170) 20.40 -> 15.61 GiB, 2b at
-  (1,16,13,60,90) 6.44 -> 5.80 GiB of temporaries, no layout changes.
-  Not on TPU: at `tp=8` (v6e-8, 1.5 headline) chunks forced through an
-  upstream-order norm (a trial, not kept) moved the compiler's smallest
-  heap only from 3.57 to 3.34 GiB per chip, and compiled with the whole
-  chip took 6.47 GiB against 5.33 without.
+- Time chunks (`patches.TimeChunkedResnetBlock3D`): CUDA only (on TPU they
+  made the whole-chip program larger).
 """
 
 from __future__ import annotations
