@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     print(f"# python -m bench.targets {' '.join(sys.argv[1:] if argv is None else argv)}")
-    print(f"# jax {jax.__version__}, compiled on this machine ({os.cpu_count()} CPUs) for compile-only devices; "
+    print(f"# jax {jax.__version__}, compiled on a host of {os.cpu_count()} CPUs for compile-only devices; "
           "bf16; per-device bytes; nothing run")
     if not args.json:
         print("| system | target, mesh | latents | build s | trace+lower s | compile s | temp GiB | args GiB | out GiB "

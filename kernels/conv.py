@@ -10,7 +10,7 @@ result is rounded once. On XLA:CPU the fp32 value only feeds that add and
 the cast, an elementwise epilogue fused right behind the convolution. On a
 GPU it is not fused: cuDNN writes the fp32 accumulator out in full, and a
 bf16 256->128 3x3x3 conv on (1,256,11,768,1360) took 78 ms with fp32
-output against 35 ms with bf16 output (H100, issue 14). So the bias goes
+output against 35 ms with bf16 output (an H100 run reported to the project; docs/accelerators.md). So the bias goes
 into the accumulator only where a `ConvPolicy` says so (``bias_in_fp32``).
 
 In fp32 both ways are exactly ``conv + bias``.

@@ -1,4 +1,4 @@
-"""The CUDA and TPU programs, built and checked on this CPU: conv dtypes, layouts, sizes, accuracy.
+"""The CUDA and TPU programs, built and checked on a CPU: conv dtypes, layouts, sizes, accuracy.
 
 JAX lowers a program for any platform without its hardware
 (`TorchaxVAE.lower_decode(shape, platform=...)`), so what a GPU or TPU will
@@ -81,7 +81,7 @@ def test_encode_lowers_for_cuda_with_bf16_convs(tiny_bf16):
 @pytest.mark.parametrize("frames", [1, 9, 10])
 def test_cuda_plan_encode_in_fp32_equals_upstream(tiny_upstream, frames):
     # The downsamplers as 3-D convs and frame-pair means (odd and even frame
-    # counts, and one frame: nothing to average), run on this CPU in fp32.
+    # counts, and one frame: nothing to average), run on a CPU in fp32.
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
     x = seeded_latents((1, 3, frames, 16, 16), seed=frames)
     program = vae.programs.program(ProgramKey("cuda"))
@@ -95,7 +95,7 @@ def test_cuda_plan_encode_in_fp32_equals_upstream(tiny_upstream, frames):
 def test_cuda_plan_in_fp32_equals_upstream(tiny_upstream, frames):
     # The CUDA plan's own patches (3-D upsampler convs on one-frame, odd and
     # even frame counts; the padded input behind the cache barrier), run on
-    # this CPU in fp32: upstream's values to fp32 rounding (1e-5).
+    # a CPU in fp32: upstream's values to fp32 rounding (1e-5).
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
     assert "resample_conv3d" in vae.plan_for("cuda").steps
     z = seeded_latents((1, 4, frames, 4, 4), seed=frames)

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-# The fields issue 5 names for every result, null where a figure does not apply.
+# The fields every result carries, null where a figure does not apply.
 RESULT_KEYS = (
     "system",
     "load_s",

@@ -84,7 +84,7 @@ def test_bf16_keeps_fp32_only_inside_fused_computations():
 
 
 def _upcast_norm(x, w):
-    # The seeds' leak: normalise in fp32 and forget to cast back.
+    # The classic leak: normalise in fp32 and forget to cast back.
     xf = x.astype(jnp.float32)
     return (xf - xf.mean()) * w.astype(jnp.float32).reshape(1, -1, 1, 1, 1)
 
