@@ -203,6 +203,54 @@ def test_unreadable_frame(tmp_path, capsys):
     _bad(tmp_path, capsys, [str(folder), *TINY, *_out(tmp_path)], "cannot read frame")
 
 
+def _png_header(width: int, height: int) -> bytes:
+    # A PNG that declares its size and holds no pixels: signature, IHDR, IEND.
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b"")
+
+
+def test_a_frame_declaring_too_many_pixels_is_bad_input(tmp_path, capsys):
+    # Pillow's DecompressionBombError is neither OSError nor ValueError.
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    (folder / "0.png").write_bytes(_png_header(20000, 20000))
+    _bad(tmp_path, capsys, [str(folder), *TINY, *_out(tmp_path)],
+         r"cannot read frame .*0\.png.*DecompressionBombError.*exceeds limit of \d+ pixels")
+
+
+@pytest.mark.parametrize("reader", ["image", "video"])
+def test_any_exception_class_of_the_decoders_is_bad_input(tmp_path, capsys, monkeypatch, reader):
+    # Closed as a class: whatever Pillow or PyAV raise on a user's file (here
+    # a class neither library has today) is exit 2 naming the file.
+    import av
+    from PIL import Image
+
+    class DecoderOwnError(Exception):
+        pass
+
+    def refuse(*args, **kwargs):
+        raise DecoderOwnError("bad bits")
+
+    if reader == "image":
+        folder = tmp_path / "frames"
+        folder.mkdir()
+        Image.fromarray(_clip(1, 16, 16)[0]).save(folder / "0.png")
+        monkeypatch.setattr(Image, "open", refuse)
+        argv, name = [str(folder), *TINY, *_out(tmp_path)], "0.png"
+    else:
+        path = tmp_path / "in.mp4"
+        encode_mp4(path, _clip(2, 16, 16), fps=8, crf=0)
+        monkeypatch.setattr(av, "open", refuse)
+        argv, name = [str(path), *TINY, *_out(tmp_path)], "in.mp4"
+    _bad(tmp_path, capsys, argv, rf"{name}.*DecoderOwnError: bad bits")
+
+
 def test_too_small(tmp_path, capsys):
     path = tmp_path / "tiny.mp4"
     encode_mp4(path, _clip(1, 16, 6), crf=0)  # H.264 needs even sizes; 6 < 8 wide

@@ -72,17 +72,23 @@ def _read_video(path: Path) -> tuple[np.ndarray, float | None]:
             stream = container.streams.video[0]
             frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
             fps = float(stream.average_rate) if stream.average_rate else None
-    except FramesError:
+    except (FramesError, MemoryError):
         raise
-    except (av.error.FFmpegError, OSError, ValueError) as e:
-        raise FramesError(f"cannot decode video {str(path)!r}: {e}") from e
+    except Exception as e:  # noqa: BLE001  (PyAV's and FFmpeg's classes, whatever they are: a bad file)
+        raise FramesError(f"cannot decode video {str(path)!r}: {_describe(e)}") from e
     if not frames:
         raise FramesError(f"video {str(path)!r} has no frames")
     return np.stack(frames), fps
 
 
+def _describe(e: Exception) -> str:
+    # The decoders' own messages, with the class where they say little.
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
 def _read_folder(folder: Path) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
@@ -92,8 +98,12 @@ def _read_folder(folder: Path) -> np.ndarray:
         try:
             with Image.open(f) as im:
                 frame = _to_rgb8(im, f)
-        except (UnidentifiedImageError, OSError) as e:
-            raise FramesError(f"cannot read frame {str(f)!r}: {e}") from e
+        except (FramesError, MemoryError):
+            raise
+        # Pillow's classes and its plugins' (DecompressionBombError, whose
+        # message names the pixel limit, is neither OSError nor ValueError).
+        except Exception as e:  # noqa: BLE001
+            raise FramesError(f"cannot read frame {str(f)!r}: {_describe(e)}") from e
         if frames and frame.shape != frames[0].shape:
             h, w = frames[0].shape[:2]
             raise FramesError(f"frame {str(f)!r} is {frame.shape[0]}x{frame.shape[1]} (HxW), the first frame {h}x{w}")
