@@ -32,31 +32,61 @@ def command(
 
     ``configure`` checks and types what argparse parsed (`errors.UsageError`:
     exit 2, before anything loads). An interrupt at any point in here ends
-    with 130, one line and no traceback; argparse's own usage errors keep
-    its exit code 2.
+    with 130 (SIGTERM 143, SIGHUP 129), one line and no traceback;
+    argparse's own usage errors keep its exit code 2. Run as the process's
+    own command (`running_as_command`), it does not return: the process
+    leaves through `interrupts.leave`, and a signal up to that moment is
+    the exit code.
     """
+    entry = argv is None and running_as_command()
+    done: list[Config | None] = [None]  # the configuration, once parsed: what an interrupt's line says
+    try:
+        try:
+            code = _command(parser, argv, configure, run, print_summary, done, keep=entry)
+        finally:
+            if entry:
+                interrupts.finishing()  # a signal from here on is the exit code `leave` gives
+    except KeyboardInterrupt as e:  # landed after the command's own handling, before `finishing`
+        _say_stopped(e, done[0])
+        code = errors.exit_code(e)
+    if entry:
+        interrupts.leave(code, lambda e: _say_stopped(e, done[0]))
+    return code
+
+
+def running_as_command() -> bool:
+    """Whether this process is ``python -m cogvideox_torchax.decode`` (or ``.encode``) itself, not a caller of main()."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) in ("cogvideox_torchax.decode", "cogvideox_torchax.encode")
+
+
+def _command(parser, argv, configure, run, print_summary, done: list, keep: bool) -> int:
     config = None
     errors.reserve_stderr_fd()
-    with interrupts.handled():
+    with interrupts.handled(keep=keep):
         try:
             try:
                 args = parser().parse_args(argv)
             except SystemExit as e:  # --help (0) or a usage error (2), already printed by argparse
                 return e.code if isinstance(e.code, int) else errors.EXIT_BAD_INPUT
             try:
-                config = configure(args)
+                config = done[0] = configure(args)
                 agreement.start_distributed(config.run.distributed)
             except (errors.UsageError, ValueError) as e:  # bad options (a FramesError for --size, ...)
                 errors.say(f"error: {errors.one_line(e)}")
                 return errors.EXIT_BAD_INPUT
             if not agreement.is_primary():  # no bars, no summary: process 0 reports
-                config = config.with_run(config.run.silenced())
+                config = done[0] = config.with_run(config.run.silenced())
             kept = agreement.stdout_kept_for_results() if agreement.process_count() > 1 else contextlib.nullcontext()
             with kept:
                 return main(config, run, print_summary)
         except KeyboardInterrupt as e:
-            errors.say(f"error: {_what_stopped(e)}; {_interrupted_note(config)}")
+            _say_stopped(e, config)
             return errors.exit_code(e)
+
+
+def _say_stopped(e: KeyboardInterrupt, config: Config | None) -> None:
+    errors.say(f"error: {_what_stopped(e)}; {_interrupted_note(config)}")
 
 
 def _what_stopped(e: KeyboardInterrupt) -> str:
@@ -68,6 +98,9 @@ def _what_stopped(e: KeyboardInterrupt) -> str:
 def _interrupted_note(config: Config | None) -> str:
     if getattr(config, "output_dir", None):
         return "the videos already written stay; the batch in progress was not written"
+    written = interrupts.written()
+    if written:  # the signal came after the outputs were moved in: they are whole, and stay
+        return f"the outputs were already written ({', '.join(written)})"
     return "nothing was written"
 
 
@@ -79,7 +112,7 @@ def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Ca
         use_cpu_without_accelerators()
         summary = run(config)
     except KeyboardInterrupt as e:
-        errors.say(f"error: {_what_stopped(e)}; {_interrupted_note(config)}")
+        _say_stopped(e, config)
         return errors.exit_code(e)
     except Exception as e:  # one line for the user; the traceback with --debug
         if config.run.debug and not isinstance(e, errors.PeerFailed):

@@ -270,7 +270,7 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     # Moved in only once every process has come through the step.
     with agreement.together("moving the outputs in"):
         if staged is not None:
-            staged.commit()
+            interrupts.commit(staged)
     paths = outputs.output_paths(Path(config.output), batch)
 
     return {

@@ -227,7 +227,7 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
     # Moved in only once every process has come through the step.
     with agreement.together("moving the output in"):
         if staged is not None:
-            staged.commit()
+            interrupts.commit(staged)
 
     return {
         "input": str(config.video),

@@ -6,11 +6,21 @@ next, so every cleanup that handles Ctrl-C handles them too. Only the first
 signal raises: later ones, while the command cleans up after the first, are
 remembered and ignored (a second Ctrl-C 50 ms later must not kill the
 process in the middle of removing its temporaries).
+
+Run as a process (``python -m cogvideox_torchax.decode``), a command keeps
+its handlers to the end and leaves with `leave`: ``os._exit`` after
+flushing, without the interpreter's teardown. That teardown is what made a
+signal crash the process: an interrupt raised while XLA compiles leaves the
+compile running on one of XLA's own threads, and finalizing the interpreter
+destroys the client that thread still uses (SIGSEGV in
+``SingleDeviceSharding::Create``); and the handlers restored for the
+teardown let a late signal kill the process by itself, with no line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -32,6 +42,9 @@ class Terminated(KeyboardInterrupt):
 
 _interrupted: int | None = None  # the first signal's number
 _signalled = False  # a real signal arrived (not only a KeyboardInterrupt raised in code)
+_deferring = 0  # inside `deferred`: a signal is remembered, raised when the block ends
+_finishing = False  # the command has its exit code (`finishing`): a signal is only remembered
+_written: list[str] = []  # outputs moved in (`commit`): what an interrupt's line says stays
 
 
 def _raised(signum: int) -> KeyboardInterrupt:
@@ -47,6 +60,8 @@ def _on_signal(signum: int, frame: object) -> None:
     if _interrupted is not None:
         return  # cleaning up after the first: not again
     _interrupted = signum
+    if _deferring or _finishing:
+        return  # raised at the end of the deferred block, or turned into the exit code by `leave`
     raise _raised(signum)
 
 
@@ -68,15 +83,88 @@ def check_interrupted() -> None:
         raise _raised(_interrupted)
 
 
+def interrupted_by() -> int | None:
+    """The first signal received during this command, if any."""
+    return _interrupted
+
+
 @contextlib.contextmanager
-def handled() -> Iterator[None]:
+def deferred() -> Iterator[None]:
+    """A block a signal must not cut in two (moving outputs in, or back out): its interrupt is raised after it."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    if not _deferring:
+        check_interrupted()
+
+
+def commit(staged: Any) -> None:
+    """``staged.commit()`` (`cogvideox_torchax.io.outputs.StagedOutputs`) in one piece; remembers what it moved in.
+
+    A signal during the renames (or their rollback) is raised after them:
+    the outputs are then all in place, and the interrupt's line says so.
+    """
+    with deferred():
+        staged.commit()
+        _written.extend(str(p) for p in staged.paths)
+
+
+def written() -> list[str]:
+    """The outputs this command moved in so far (`commit`)."""
+    return list(_written)
+
+
+def finishing() -> None:
+    """From now on a signal is only remembered: `leave` turns it into the exit code."""
+    global _finishing
+    _finishing = True
+
+
+def leave(code: int, say_signalled: Callable[[KeyboardInterrupt], None]) -> None:
+    """Ends the process with ``code``, or with a signal's code if one came after the command decided ``code``.
+
+    Flushes stdout and stderr and leaves with ``os._exit``: no interpreter
+    teardown (XLA threads still compiling for an interrupted command would
+    crash it), no atexit handlers (jax.distributed's shutdown is run here
+    first), and no moment where a signal finds the default handlers.
+    ``say_signalled`` prints the one line of a late signal.
+    """
+    finishing()
+    if "jax" in sys.modules:
+        with contextlib.suppress(Exception):
+            from cogvideox_torchax.parallel import distributed
+
+            if distributed.is_initialized():
+                sys.modules["jax"].distributed.shutdown()
+    if _interrupted is not None and code not in SIGNAL_CODES.values():
+        # After the command had its code (the summary printed, maybe): the
+        # exit code still says the signal came, the line what was written.
+        code = SIGNAL_CODES[signal.Signals(_interrupted)]
+        with contextlib.suppress(Exception):
+            say_signalled(_raised(_interrupted))
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    os._exit(code)
+
+
+@contextlib.contextmanager
+def handled(keep: bool = False) -> Iterator[None]:
     """Within: SIGINT, SIGTERM and SIGHUP raise (once) and are remembered for `check_interrupted`.
 
     The handlers before are restored after, unless a signal arrived: the
     process then ignores further ones until it exits with the first's code.
+    With ``keep`` (a command run as a process, which ends with `leave`),
+    this module's handlers stay, and a signal after the block is only
+    remembered (`finishing`).
     """
-    global _interrupted, _signalled
-    _interrupted, _signalled = None, False
+    global _interrupted, _signalled, _deferring, _finishing
+    _interrupted, _signalled, _deferring, _finishing = None, False, 0, False
+    _written.clear()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in SIGNAL_CODES:
@@ -86,8 +174,11 @@ def handled() -> Iterator[None]:
     try:
         yield
     finally:
-        sys.unraisablehook = previous_unraisable
-        for signum, handler in previous.items():
-            # After a signal the process is on its way out with that signal's
-            # code: a later one (Ctrl-C twice) must not kill it meanwhile.
-            signal.signal(signum, signal.SIG_IGN if _signalled else handler)
+        if keep:
+            finishing()  # the handlers stay until `leave`
+        else:
+            sys.unraisablehook = previous_unraisable
+            for signum, handler in previous.items():
+                # After a signal the process is on its way out with that signal's
+                # code: a later one (Ctrl-C twice) must not kill it meanwhile.
+                signal.signal(signum, signal.SIG_IGN if _signalled else handler)
