@@ -64,7 +64,10 @@ class AheadOfTime:
         """The executable of ``kind`` (``"decode"``, ``"frames"``, ``"encode"``) that `memory_plan` chose for ``shape``."""
         shape = tuple(shape)
         (self.check_video if kind == "encode" else self.check_latents)(shape)
-        return self.programs.compile(kind, shape, key_of(self.memory_plan(shape, kind=kind, target=target, mesh=mesh)))
+        with self.programs.lock:  # the plan and its executable together, as no other thread changes them
+            return self.programs.compile(
+                kind, shape, key_of(self.memory_plan(shape, kind=kind, target=target, mesh=mesh))
+            )
 
     def memory_plan(
         self, shape: tuple[int, ...], *, kind: str = "decode", target: str | None = None, mesh: Any = None
@@ -102,8 +105,9 @@ class AheadOfTime:
 
     def reset_programs(self) -> None:
         """Starts the programs afresh (the module's tiling switches are read while tracing) and forgets every plan."""
-        self.programs.reset()
-        self.planner.forget()
+        with self.programs.lock:
+            self.programs.reset()
+            self.planner.forget()
 
     def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:
         """The input shapes that have a compiled ``kind`` (``"decode"`` or ``"encode"``) program, oldest first."""
@@ -117,7 +121,8 @@ class AheadOfTime:
         calls `jax.clear_caches()` (every jitted function in the process
         recompiles on its next call).
         """
-        self.programs.clear()
-        self.planner.forget()
+        with self.programs.lock:
+            self.programs.clear()
+            self.planner.forget()
         if jax_caches:
             jax.clear_caches()

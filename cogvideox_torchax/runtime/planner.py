@@ -5,6 +5,10 @@
 `ProgramCache`) and the budget (``max_memory``, or ``"auto"``: the device's
 capacity), and remembers each shape's plan. Budgets, candidates and the
 safety margin are `cogvideox_torchax.runtime.budget`'s.
+
+Threads: a `Planner` plans and changes plans under its programs' lock
+(`ProgramCache.lock`), so a shape is planned once while other threads wait;
+`runnable` and the read-only queries take no lock.
 """
 
 from __future__ import annotations
@@ -109,6 +113,24 @@ class Planner:
     def planned(self, kind: str, shape: tuple[int, ...]) -> MemoryPlan | None:
         return self._plans.get((kind, shape))
 
+    def runnable(self, kind: str, shape: tuple[int, ...]) -> tuple[jax.stages.Compiled, dict, Any] | None:
+        """The planned executable of ``kind`` for ``shape``, its weights and mesh, if all are built; else None.
+
+        Takes no lock and builds nothing (`ProgramCache.ready`): a thread runs
+        a compiled shape while another compiles.
+        """
+        plan = self._plans.get((kind, shape))
+        return None if plan is None else self.programs.ready(kind, shape, key_of(plan))
+
+    def executable(self, kind: str, shape: tuple[int, ...]) -> tuple[jax.stages.Compiled, dict, Any]:
+        """The planned executable of ``kind`` for ``shape``, its weights and mesh, planned and compiled on first use."""
+        found = self.runnable(kind, shape)
+        if found is not None:
+            return found
+        with self.programs.lock:
+            key = key_of(self.plan(kind, shape))
+            return self.programs.compile(kind, shape, key), self.programs.weights_on(key), self.programs.mesh_of(key)
+
     def plans(self) -> dict[tuple, MemoryPlan]:
         """Every plan made, by ``(kind, shape)`` (``(kind, shape, target, dp, tp)`` for a named accelerator)."""
         return dict(self._plans)
@@ -145,19 +167,37 @@ class Planner:
             at = targets.target_mesh(target, mesh)
             on = (targets.get(target).name, at.shape["dp"], at.shape["tp"])
         key = (kind, shape) if on is None else (kind, shape, *on)
-        if key not in self._plans:
-            if on is not None:
-                acc = targets.get(on[0])
-                limit, source = (self.max_memory, "max_memory") if self.max_memory else (acc.budget, acc.name)
-            else:
-                limit, source = self.budget()
-            why = f"({source} {budget.human(limit)} less {budget.SAFETY_MARGIN:.0%} margin)"
-            self._plans[key] = self._plan(kind, shape, budget.usable(limit), why, on)
-        return self._plans[key]
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        with self.programs.lock:  # one thread plans a shape; the others wait for its plan
+            if key not in self._plans:
+                if on is not None:
+                    acc = targets.get(on[0])
+                    limit, source = (self.max_memory, "max_memory") if self.max_memory else (acc.budget, acc.name)
+                else:
+                    limit, source = self.budget()
+                why = f"({source} {budget.human(limit)} less {budget.SAFETY_MARGIN:.0%} margin)"
+                self._plans[key] = self._plan(kind, shape, budget.usable(limit), why, on)
+            return self._plans[key]
 
     def _plan(self, kind: str, shape: tuple[int, ...], usable: int, why: str, on: tuple | None) -> MemoryPlan:
         candidates = self.candidates(kind, shape, *((on[0], on[1:]) if on else ()))
-        choice = choose(candidates, lambda c: self.need(kind, shape, c), usable)
+        measured: list[Candidate] = []  # compiled by this call: dropped again if it fails
+
+        def need(c: Candidate) -> int:
+            new = self.programs.compiled(kind, shape, key_of(c)) is None
+            n = self.need(kind, shape, c)
+            if new:
+                measured.append(c)
+            return n
+
+        try:
+            choice = choose(candidates, need, usable)
+        except BaseException:
+            for c in measured:  # a failed plan keeps nothing
+                self.programs.drop(kind, shape, key_of(c))
+            raise
         for c, _ in choice.tried:  # not kept: they will not run here
             if c is not choice.chosen:
                 self.programs.drop(kind, shape, key_of(c))
@@ -184,11 +224,12 @@ class Planner:
             return self.max_memory, "max_memory"
         if jax.process_count() == 1:
             return budget.device_capacity(self.programs.mesh)
-        if self._capacity is None:
-            limit, source = budget.device_capacity(self.programs.mesh)
-            limit = min(distributed.gather_ints(limit // 2**20)) * 2**20
-            self._capacity = (limit, f"{source}, least of {jax.process_count()} processes")
-        return self._capacity
+        with self.programs.lock:
+            if self._capacity is None:
+                limit, source = budget.device_capacity(self.programs.mesh)
+                limit = min(distributed.gather_ints(limit // 2**20)) * 2**20
+                self._capacity = (limit, f"{source}, least of {jax.process_count()} processes")
+            return self._capacity
 
     def smaller(self, kind: str, shape: tuple[int, ...], *, choose_it: bool = True) -> MemoryPlan:
         """The next plan below the shape's (which compiled within the budget and still ran out of memory).
@@ -199,6 +240,10 @@ class Planner:
         Raises:
             MemoryBudgetError: no smaller plan exists.
         """
+        with self.programs.lock:
+            return self._smaller(kind, shape, choose_it)
+
+    def _smaller(self, kind: str, shape: tuple[int, ...], choose_it: bool) -> MemoryPlan:
         failed = self.plan(kind, shape)
         kept = self.programs.compiled(kind, shape, key_of(failed))
         del self._plans[kind, shape]
@@ -222,12 +267,14 @@ class Planner:
     def measure_all(self, kind: str, shape: tuple[int, ...]) -> list[MemoryPlan]:
         """Every candidate with its compiled bytes, in order (all compiled, none kept or run)."""
         plans = []
-        for c in self.candidates(kind, shape):
-            n = budget.compiled_bytes(self.programs.compile(kind, shape, key_of(c)))
-            self.programs.drop(kind, shape, key_of(c))
-            plans.append(MemoryPlan(c.name, c.tiling, n, None, c.mesh))
+        with self.programs.lock:
+            for c in self.candidates(kind, shape):
+                n = budget.compiled_bytes(self.programs.compile(kind, shape, key_of(c)))
+                self.programs.drop(kind, shape, key_of(c))
+                plans.append(MemoryPlan(c.name, c.tiling, n, None, c.mesh))
         return plans
 
     def forget(self) -> None:
         """Forgets every plan (programs were reset or cleared)."""
-        self._plans.clear()
+        with self.programs.lock:
+            self._plans.clear()

@@ -1,10 +1,17 @@
-"""The programs of one VAE: one `Program` per `ProgramKey`, and the meshes and weight copies they run on."""
+"""The programs of one VAE: one `Program` per `ProgramKey`, and the meshes and weight copies they run on.
+
+Threads: a `ProgramCache` builds, traces, compiles and changes what it
+keeps under its ``lock`` (re-entrant, shared with the caches `converted`
+makes, so one VAE has one lock); `ready` reads what is already built
+without it. Tracing anywhere in the process also holds `TRACING`.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import dataclasses
+import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +38,15 @@ from cogvideox_torchax.runtime.program import Program, tiling_switches
 # torchax computes some index arithmetic in int64; with x64 off JAX narrows it
 # to int32 (harmless at these sizes) and warns on every trace.
 _INT64_WARNING = "Explicitly requested dtype int64"
+
+# Held while any program in the process is traced and lowered. Tracing runs
+# upstream's module through torchax with its parameters swapped for the
+# traced weights (``torch.func``-style reparametrization) inside torchax
+# environments shared by every VAE (`patches.traced_environment`), and
+# filters warnings (``warnings.catch_warnings`` is process-wide): two traces
+# at once would see each other's weights. Taken inside a cache's ``lock``,
+# never the other way round.
+TRACING = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,10 +122,21 @@ class ProgramCache:
     The VAE's own program patches the module it is given; any other key's
     program patches a copy of an unpatched one (structure only), so a
     program for another platform, tiling or mesh can be built at any time.
+
+    Every method may be called from several threads: building a program,
+    tracing, compiling and changing what is kept happen under ``lock``, so
+    each shape compiles once (other threads wait for it) and nothing is
+    kept before it is whole; a failure keeps nothing.
+
+    Attributes:
+        lock: the re-entrant lock of this cache and of those `converted`
+            makes from it; hold it to change the own module (its tiling
+            switches are read while tracing).
     """
 
     def __init__(self, module: AutoencoderKLCogVideoX, state_dict: Mapping[str, torch.Tensor | jax.Array],
-                 options: RuntimeOptions, mesh: Mesh):
+                 options: RuntimeOptions, mesh: Mesh, lock: threading.RLock | None = None):
+        self.lock = lock if lock is not None else threading.RLock()
         self.options = options
         self.mesh = mesh
         module.eval()
@@ -128,9 +155,10 @@ class ProgramCache:
         Nothing compiled is carried over (every plan depends on the dtype);
         the own module's tiling and slicing switches are.
         """
-        module = copy.deepcopy(self._pristine)
-        vars(module).update(tiling_switches(self.own.module))
-        return ProgramCache(module, self.weights, options, self.mesh)
+        with self.lock:
+            module = copy.deepcopy(self._pristine)
+            vars(module).update(tiling_switches(self.own.module))
+            return ProgramCache(module, self.weights, options, self.mesh, self.lock)
 
     @property
     def own(self) -> Program:
@@ -158,9 +186,10 @@ class ProgramCache:
             return targets.target_mesh(key.target, key.mesh)
         if key.mesh is None:
             return self.mesh
-        if key.mesh not in self._meshes:
-            self._meshes[key.mesh] = sharding.make_mesh(key.mesh, devices=self.platform_devices())
-        return self._meshes[key.mesh]
+        with self.lock:
+            if key.mesh not in self._meshes:
+                self._meshes[key.mesh] = sharding.make_mesh(key.mesh, devices=self.platform_devices())
+            return self._meshes[key.mesh]
 
     def platform_devices(self) -> list[jax.Device]:
         """This process's devices of the VAE's own platform (those a wider mesh may use)."""
@@ -168,22 +197,47 @@ class ProgramCache:
         return [d for d in jax.devices(own.platform) if d.platform == own.platform]
 
     def program(self, key: ProgramKey) -> Program:
-        if key not in self._programs:
-            module = copy.deepcopy(self._pristine)
-            vars(module).update(tiling_switches(self.own.module))
-            if key.tiling is not None:
-                module.enable_tiling(**key.tiling_kwargs)
-            self._programs[key] = Program(module, self.plan_for(key), self.mesh_of(key))
-        return self._programs[key]
+        """``key``'s program, built on first use (kept only once whole)."""
+        program = self._programs.get(key)
+        if program is not None:
+            return program
+        with self.lock:
+            if key not in self._programs:
+                module = copy.deepcopy(self._pristine)
+                vars(module).update(tiling_switches(self.own.module))
+                if key.tiling is not None:
+                    module.enable_tiling(**key.tiling_kwargs)
+                self._programs[key] = Program(module, self.plan_for(key), self.mesh_of(key))
+            return self._programs[key]
 
     def weights_on(self, key: ProgramKey) -> dict[str, jax.Array]:
         """The weights placed on ``key``'s mesh (copied there on first use: only a chosen plan runs)."""
         if key.mesh is None:
             return self.weights
-        if key.mesh not in self._copies:
-            replicated = sharding.replicated(self.mesh_of(key))
-            self._copies[key.mesh] = {k: jax.device_put(w, replicated) for k, w in self.weights.items()}
-        return self._copies[key.mesh]
+        with self.lock:
+            if key.mesh not in self._copies:
+                replicated = sharding.replicated(self.mesh_of(key))
+                self._copies[key.mesh] = {k: jax.device_put(w, replicated) for k, w in self.weights.items()}
+            return self._copies[key.mesh]
+
+    def ready(
+        self, kind: str, shape: tuple[int, ...], key: ProgramKey
+    ) -> tuple[jax.stages.Compiled, dict, Mesh] | None:
+        """The kept executable of ``kind`` for ``shape``, its weights and its mesh, or None (builds nothing).
+
+        Takes no lock: what it finds was kept whole, so threads run compiled
+        shapes while another thread compiles. None for a named accelerator's
+        key (its programs cannot run here).
+        """
+        if key.accelerator is not None:
+            return None
+        program = self._programs.get(key)
+        executable = None if program is None else program.executables.get((kind, shape))
+        weights = self.weights if key.mesh is None else self._copies.get(key.mesh)
+        mesh = self.mesh if key.mesh is None else self._meshes.get(key.mesh)
+        if executable is None or weights is None or mesh is None:
+            return None
+        return executable, weights, mesh
 
     def copied_to(self) -> list[tuple[int, int]]:
         """The meshes (``(dp, tp)``) that hold a copy of the weights."""
@@ -191,7 +245,8 @@ class ProgramCache:
 
     def forget_copy(self, mesh: tuple[int, int]) -> None:
         """Drops the weights' copy on ``mesh`` (no plan runs there any more)."""
-        self._copies.pop(mesh, None)
+        with self.lock:
+            self._copies.pop(mesh, None)
 
     def _weight_specs(self, key: ProgramKey) -> dict[str, Any]:
         # What tracing needs of the weights: the arrays on the own mesh, shapes and shardings elsewhere.
@@ -202,26 +257,32 @@ class ProgramCache:
 
     def lower(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Lowered:
         """Traces and lowers ``kind`` (``"decode"``, ``"frames"``, ``"encode"``) for an input shape."""
-        program = self.program(key)
-        on = self.mesh_of(key)
-        spec = jax.ShapeDtypeStruct(shape, self.options.jax_dtype, sharding=sharding.input_sharding(shape, on))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_INT64_WARNING)
-            traced = program.jits[kind].trace(self._weight_specs(key), spec)
-            if key.accelerator is not None or program.plan.target.platform == mesh_platform(self.mesh):
-                return traced.lower()
-            return traced.lower(lowering_platforms=(program.plan.target.platform,))
+        with self.lock:
+            program = self.program(key)
+            on = self.mesh_of(key)
+            spec = jax.ShapeDtypeStruct(shape, self.options.jax_dtype, sharding=sharding.input_sharding(shape, on))
+            with TRACING, warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_INT64_WARNING)
+                traced = program.jits[kind].trace(self._weight_specs(key), spec)
+                if key.accelerator is not None or program.plan.target.platform == mesh_platform(self.mesh):
+                    return traced.lower()
+                return traced.lower(lowering_platforms=(program.plan.target.platform,))
 
     def compile(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Compiled:
-        """``kind`` compiled for an input shape, on first use (then kept until `drop` or `clear`)."""
-        program = self.program(key)
-        if (kind, shape) not in program.executables:
-            lowered = self.lower(kind, shape, key)
-            # A compile-only device's executable cannot be read back from JAX's persistent cache.
-            cache = _no_compile_cache() if key.accelerator is not None else contextlib.nullcontext()
-            with cache:
-                program.executables[kind, shape] = lowered.compile(compiler_options=compiler_options(program.plan))
-        return program.executables[kind, shape]
+        """``kind`` compiled for an input shape, on first use (then kept until `drop` or `clear`).
+
+        Other threads asking for the same executable meanwhile wait for this
+        one; it is kept only once compiled.
+        """
+        with self.lock:
+            program = self.program(key)
+            if (kind, shape) not in program.executables:
+                lowered = self.lower(kind, shape, key)
+                # A compile-only device's executable cannot be read back from JAX's persistent cache.
+                cache = _no_compile_cache() if key.accelerator is not None else contextlib.nullcontext()
+                with cache:
+                    program.executables[kind, shape] = lowered.compile(compiler_options=compiler_options(program.plan))
+            return program.executables[kind, shape]
 
     def compiled(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Compiled | None:
         """The executable `compile` keeps for ``kind`` and ``shape``, or None (compiles nothing)."""
@@ -229,20 +290,24 @@ class ProgramCache:
 
     def keep(self, kind: str, shape: tuple[int, ...], key: ProgramKey, executable: jax.stages.Compiled) -> None:
         """Puts back an executable `drop` removed."""
-        self.program(key).executables[kind, shape] = executable
+        with self.lock:
+            self.program(key).executables[kind, shape] = executable
 
     def drop(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> None:
         """Forgets the executable of ``kind`` for ``shape`` (it will not run)."""
-        self.program(key).executables.pop((kind, shape), None)
+        with self.lock:
+            self.program(key).executables.pop((kind, shape), None)
 
     def reset(self) -> None:
         """Starts every program afresh but the own one's patched module (tiling switches changed)."""
-        own = self.own
-        self._programs = {ProgramKey(): Program(own.module, own.plan, self.mesh)}
+        with self.lock:
+            own = self.own
+            self._programs = {ProgramKey(): Program(own.module, own.plan, self.mesh)}
 
     def clear(self) -> None:
         """Drops every executable and every copy of the weights on another mesh."""
-        for program in self._programs.values():
-            program.executables.clear()
-        self._copies.clear()
+        with self.lock:
+            for program in self._programs.values():
+                program.executables.clear()
+            self._copies.clear()
 

@@ -157,18 +157,20 @@ class UpstreamSurface:
         tiles are decoded together (see `cogvideox_torchax.patches.tiling`). Compiled
         programs are dropped.
         """
-        self.module.enable_tiling(
-            tile_sample_min_height=tile_sample_min_height,
-            tile_sample_min_width=tile_sample_min_width,
-            tile_overlap_factor_height=tile_overlap_factor_height,
-            tile_overlap_factor_width=tile_overlap_factor_width,
-        )
-        self.reset_programs()
+        with self.programs.lock:  # the module's switches are read while another thread traces
+            self.module.enable_tiling(
+                tile_sample_min_height=tile_sample_min_height,
+                tile_sample_min_width=tile_sample_min_width,
+                tile_overlap_factor_height=tile_overlap_factor_height,
+                tile_overlap_factor_width=tile_overlap_factor_width,
+            )
+            self.reset_programs()
 
     def disable_tiling(self) -> None:
         """Upstream's ``disable_tiling``; compiled programs are dropped."""
-        self.module.disable_tiling()
-        self.reset_programs()
+        with self.programs.lock:
+            self.module.disable_tiling()
+            self.reset_programs()
 
     def enable_slicing(self) -> None:
         """Upstream's ``enable_slicing``: a batch is encoded and decoded one element at a time.
@@ -176,11 +178,13 @@ class UpstreamSurface:
         Results are unchanged; device memory is that of batch 1, and one
         program (for batch 1) serves every batch size.
         """
-        self.module.enable_slicing()
+        with self.programs.lock:
+            self.module.enable_slicing()
 
     def disable_slicing(self) -> None:
         """Upstream's ``disable_slicing``: whole batches again."""
-        self.module.disable_slicing()
+        with self.programs.lock:
+            self.module.disable_slicing()
 
     def to(self, *args: Any, **kwargs: Any) -> UpstreamSurface:
         """Upstream's ``.to(device)`` / ``.to(dtype)`` / ``.to(device, dtype)``, as pipelines call it; returns self.

@@ -6,6 +6,7 @@ plans a `Planner`'s, upstream's calling conventions `UpstreamSurface`'s.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -29,7 +30,7 @@ from cogvideox_torchax.parallel import sharding
 from cogvideox_torchax.runtime import budget
 from cogvideox_torchax.runtime.ahead_of_time import AheadOfTime
 from cogvideox_torchax.runtime.plan import RunPlan, compiler_options
-from cogvideox_torchax.runtime.planner import Planner, key_of
+from cogvideox_torchax.runtime.planner import Planner
 from cogvideox_torchax.runtime.programs import ProgramCache, to_host_torch, to_numpy
 from cogvideox_torchax.runtime.retry import retry_out_of_memory
 from cogvideox_torchax.runtime.upstream_surface import (
@@ -40,6 +41,11 @@ from cogvideox_torchax.runtime.upstream_surface import (
 )
 
 __all__ = ["INFERENCE_SURFACE", "TorchaxVAE", "UnsupportedAttributeError", "to_host_torch"]
+
+# The VAE and planner a running decode or encode started with (per thread):
+# every batch element of a sliced call, and its retry, use that planner, so
+# a `to(dtype)` meanwhile does not mix dtypes within one call.
+_CALL: contextvars.ContextVar[tuple[Any, Planner] | None] = contextvars.ContextVar("torchax_vae_call", default=None)
 
 
 def _check_5d(shape: tuple[int, ...], what: str, layout: str, channels: int) -> None:
@@ -77,6 +83,29 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
 
     Lowering, compiling, memory plans and the compiled programs kept are
     `AheadOfTime`'s methods.
+
+    Threads: one VAE may be shared by several threads. `decode`, `encode`,
+    their ``_jax`` forms, `decode_frames_jax`, `memory_plan`, ``compile_*``,
+    ``lower_*``, `to` and the tiling and slicing switches may be called at
+    once: a shape is planned and compiled once, by the first thread that
+    needs it, while the others wait for it; shapes already compiled run
+    concurrently. Results equal those of the same calls made one after
+    another. A call that fails (a compile error, out of memory, an
+    interrupt) keeps nothing half-built: the next call of that shape builds
+    it anew. A decode or encode that overlaps ``to(dtype)`` runs wholly in
+    the dtype it started with; one that overlaps `enable_tiling` or
+    `disable_tiling` may run each batch element of a sliced batch with
+    either setting (each is upstream's result for it). Tracing holds one
+    process-wide lock (upstream's module is traced with its parameters
+    swapped), so several VAEs in one process compile one at a time and run
+    at once.
+
+    Processes: a VAE lives in the process that built it; load it in each
+    process. What processes share safely is JAX's persistent compilation
+    cache (`cogvideox_torchax.runtime.compile_cache`) and the saved model
+    folder, read-only. Under jax.distributed every process makes the same
+    calls in the same order (they are collectives), so drive the VAE from
+    one thread per process there.
 
     Attributes:
         programs: the `ProgramCache` (programs by target, tiling and mesh).
@@ -152,11 +181,15 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     def _set_dtype(self, dtype: str | torch.dtype) -> None:
         # `to`'s dtype change: the weights converted once, every plan and
         # program dropped (each depends on the dtype).
-        options = dataclasses.replace(self.options, dtype=canonical_dtype(dtype))
-        if options == self.options:
-            return
-        planner = Planner(self.programs.converted(options), self.planner.max_memory)
-        self.programs, self.planner = planner.programs, planner
+        # Under the lock every cache of this VAE shares: no plan, compile or
+        # other `to` is half-way meanwhile.
+        with self.programs.lock:
+            options = dataclasses.replace(self.options, dtype=canonical_dtype(dtype))
+            if options == self.options:
+                return
+            planner = Planner(self.programs.converted(options), self.planner.max_memory)
+            # A call reads ``planner`` once and uses its ``programs``: it sees either dtype, whole.
+            self.programs, self.planner = planner.programs, planner
 
     @classmethod
     def from_pretrained(
@@ -219,28 +252,40 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         """The planned executable of ``kind`` for ``x`` and its arguments (the weights and ``x`` on the plan's mesh).
 
         ``kind``: ``"decode"``, ``"frames"`` (`decode_frames_jax`) or ``"encode"``.
+        A shape already compiled is found without waiting for another
+        thread's compile; the executable runs outside any lock.
         """
-        executable = self.planned_executable(kind, tuple(x.shape))
-        key = key_of(self.planner.plan(kind, tuple(x.shape)))
-        mesh = self.programs.mesh_of(key)
-        arr = to_numpy(x, np.dtype(self.options.jax_dtype))
-        return executable, (self.programs.weights_on(key), sharding.place(arr, sharding.input_sharding(arr.shape, mesh)))
+        shape = tuple(x.shape)
+        (self.check_video if kind == "encode" else self.check_latents)(shape)
+        planner = self._call_planner()  # one VAE state throughout, whatever `to` does meanwhile
+        executable, weights, mesh = planner.executable(kind, shape)
+        arr = to_numpy(x, np.dtype(planner.programs.options.jax_dtype))
+        return executable, (weights, sharding.place(arr, sharding.input_sharding(arr.shape, mesh)))
+
+    def _call_planner(self) -> Planner:
+        # The planner of the call this thread is running on this VAE, else the current one.
+        call = _CALL.get()
+        return call[1] if call is not None and call[0] is self else self.planner
 
     def _execute(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
         def run() -> Any:
             executable, args = self.prepare(kind, x)
             return executable(*args)
 
-        return retry_out_of_memory(self.planner, kind, tuple(x.shape), run)
+        return retry_out_of_memory(self._call_planner(), kind, tuple(x.shape), run)
 
     def _run(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
         # With slicing on (upstream's enable_slicing), one batch element at a
         # time: one executable for batch 1, results joined on device. Each
         # part is placed anew, as a compiled program takes only the argument
         # sharding it was compiled for.
-        if not self.use_slicing or x.shape[0] == 1:
-            return self._execute(kind, x)
-        parts = [self._execute(kind, x[i : i + 1]) for i in range(x.shape[0])]
+        token = _CALL.set((self, self.planner))
+        try:
+            if not self.use_slicing or x.shape[0] == 1:
+                return self._execute(kind, x)
+            parts = [self._execute(kind, x[i : i + 1]) for i in range(x.shape[0])]
+        finally:
+            _CALL.reset(token)
         if kind == "frames":
             return tuple(jax.numpy.concatenate(p, axis=0) for p in zip(*parts, strict=True))
         return jax.numpy.concatenate(parts, axis=0)
