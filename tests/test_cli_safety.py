@@ -5,6 +5,7 @@ subprocess for a real Ctrl-C.
 """
 
 import json
+import os
 import pathlib
 import signal
 import subprocess
@@ -340,3 +341,43 @@ def test_importing_the_commands_loads_no_framework():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "argv", "message"),
+    [
+        ("decode", ["x.safetensors", "-o", "v.mp4", "--fps", "0"], "--fps must be a number from 0.01 to 1000"),
+        ("decode", ["x.safetensors", "-o", "v.mp4", "--crf", "52"], "--crf must be a number from 0 to 51"),
+        ("decode", ["x.safetensors", "-o", "v.mp4", "--seed", "-1"], "--seed must be a number"),
+        ("decode", ["a", "--output-dir", "o", "--batch-size", "0"], "--batch-size must be a number at least 1"),
+        ("decode", ["x.safetensors", "-o", "v.mp4", "--distributed-timeout", "0"], "--distributed-timeout"),
+        ("encode", ["v.mp4", "-o", "z.safetensors", "--frames", "0"], "--frames must be a number at least 1"),
+        ("encode", ["v.mp4", "-o", "z.safetensors", "--sample-seed", "-1"], "--sample-seed must be a number"),
+        ("encode", ["v.mp4", "-o", "z.safetensors", "--target", "h100"], "--target plans for an accelerator"),
+    ],
+    ids=["fps", "crf", "seed", "batch-size", "timeout", "frames", "sample-seed", "target-without-dry-run"],
+)
+def test_an_option_out_of_range_is_refused_before_any_framework_loads(tmp_path, command, argv, message):
+    # In a fresh interpreter: after main() refused the option, neither torch
+    # nor JAX nor diffusers was ever imported (the refusal takes milliseconds).
+    code = (
+        f"import sys; from cogvideox_torchax.cli import {command}; rc = {command}.main({argv!r}); "
+        "heavy = [m for m in ('torch', 'jax', 'diffusers') if m in sys.modules]; print(rc, heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout.split("\n")[0] == "2 []", (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_mesh_larger_than_the_devices_is_refused_before_the_model_is_built(tmp_path, capsys, good, monkeypatch):
+    def built(*a, **k):
+        raise AssertionError("the model was built before the mesh was checked")
+
+    monkeypatch.setattr(ct, "random_upstream", built)
+    before = _tree(tmp_path)
+    err = _refused(capsys, [good, "--model", "random:tiny", "--mesh", "dp=64,tp=64", "--no-compile-cache", "-q",
+                            "-o", str(tmp_path / "v.mp4")], "--mesh: mesh dp=64,tp=64 needs 4096 devices")
+    assert "device(s) are available" in err
+    assert _tree(tmp_path) == before

@@ -122,7 +122,7 @@ class DecodeConfig:
         Raises:
             UsageError: options that cannot go together or values out of range (exit 2).
         """
-        run = options.RunOptions.from_args(args)
+        options.check_shared_cheaply(args)  # what needs no framework first: refused in milliseconds
         options.check_range("--fps", args.fps, *FPS_RANGE)
         options.check_range("--crf", args.crf, 0, 51)
         if args.output is None and args.output_dir is None and not args.dry_run:
@@ -146,6 +146,7 @@ class DecodeConfig:
         if args.output is not None:
             is_dir = not Path(args.output.rstrip("/")).suffix  # no suffix: a folder of PNG frames
             options.check_output_path("--output", args.output, args.latents, is_dir)
+        run = options.RunOptions.from_args(args)  # imports torch and JAX (the dtype's and --max-memory's checks)
         return cls(
             run, tuple(args.latents), args.key, args.layout, args.unscale, args.output, args.output_dir,
             (args.format or "mp4") if args.output_dir is not None else None, args.batch_size, args.skip_existing,

@@ -82,7 +82,7 @@ class EncodeConfig:
         """
         from cogvideox_torchax.io import frames
 
-        run = options.RunOptions.from_args(args)
+        options.check_shared_cheaply(args)  # what needs no framework first: refused in milliseconds
         if args.output is None and not args.dry_run:
             raise UsageError("--output/-o is needed (only --dry-run goes without)")
         if args.output is not None and Path(args.output).suffix.lower() != ".safetensors":
@@ -96,6 +96,7 @@ class EncodeConfig:
             size = None if args.size is None else frames.parse_size(args.size)
         except frames.FramesError as e:
             raise UsageError(f"--size: {e}") from e
+        run = options.RunOptions.from_args(args)
         return cls(run, args.video, args.output, size, args.frames, args.sample, args.sample_seed, args.overwrite)
 
     def with_run(self, run: options.RunOptions) -> EncodeConfig:

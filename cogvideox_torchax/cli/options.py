@@ -121,8 +121,10 @@ class RunOptions:
         Raises:
             errors.UsageError: a dtype, memory budget, target or timeout that cannot be.
         """
+        check_shared_cheaply(args)
+        # These modules import torch and JAX: after every check that needs neither.
         from cogvideox_torchax.config import canonical_dtype
-        from cogvideox_torchax.runtime import budget, memory, targets
+        from cogvideox_torchax.runtime import budget, memory
 
         try:
             dtype = canonical_dtype(args.dtype)
@@ -132,15 +134,6 @@ class RunOptions:
             budget.parse_memory(args.max_memory)
         except ValueError as e:
             raise errors.UsageError(f"--max-memory: {e}") from e
-        if args.target is not None:
-            if not args.dry_run:
-                raise errors.UsageError("--target plans for an accelerator that is not here: it needs --dry-run")
-            try:
-                targets.target_mesh(args.target, args.mesh)
-            except (ValueError, targets.TargetUnavailableError) as e:
-                raise errors.UsageError(f"--target: {e}") from e
-        check_range("--distributed-timeout", args.distributed_timeout, 1e-3)
-        check_range("--seed", args.seed, *SEED_RANGE)
         model = ModelOptions(args.model, args.subfolder, dtype, args.mesh, args.seed, str(args.max_memory), args.target)
         joins = DistributedOptions(
             args.distributed, args.coordinator, args.num_processes, args.process_id, args.distributed_timeout
@@ -152,6 +145,25 @@ class RunOptions:
     def silenced(self) -> RunOptions:
         """The same options for a process that reports nothing (not process 0 of a cluster)."""
         return dataclasses.replace(self, quiet=True, json=False)
+
+
+def check_shared_cheaply(args: argparse.Namespace) -> None:
+    """The checks of the shared options that import no framework (torch, JAX, diffusers): run before any that do.
+
+    Raises:
+        errors.UsageError: a seed or timeout out of range, a ``--target`` without ``--dry-run`` or unknown.
+    """
+    from cogvideox_torchax.runtime import targets  # imports no framework
+
+    check_range("--distributed-timeout", args.distributed_timeout, 1e-3)
+    check_range("--seed", args.seed, *SEED_RANGE)
+    if args.target is not None:
+        if not args.dry_run:
+            raise errors.UsageError("--target plans for an accelerator that is not here: it needs --dry-run")
+        try:
+            targets.target_mesh(args.target, args.mesh)
+        except (ValueError, targets.TargetUnavailableError) as e:
+            raise errors.UsageError(f"--target: {e}") from e
 
 
 def with_shared_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -256,12 +268,30 @@ def compile_cache_from(run: RunOptions) -> Path | None:
         return None
 
 
+def check_mesh(mesh: str) -> None:
+    """Refuses a ``--mesh`` that is malformed or needs more devices than there are, before any weight is built.
+
+    Imports JAX (to count the devices), not the model.
+
+    Raises:
+        errors.UsageError: naming the mesh and the devices there are.
+    """
+    from cogvideox_torchax.parallel.sharding import make_mesh
+
+    try:
+        make_mesh(mesh)
+    except ValueError as e:
+        raise errors.UsageError(f"--mesh: {e}") from e
+
+
 def load_model(model: ModelOptions):
     """The `TorchaxVAE` the model options name."""
     import cogvideox_torchax as ct
 
     # With --target, --mesh is the target's; the weights stay on one local device.
     mesh = "dp=1,tp=1" if model.target is not None else model.mesh
+    if mesh is not None:
+        check_mesh(mesh)
     if model.model.startswith(RANDOM_PREFIX):
         try:
             module = ct.random_upstream(model.model[len(RANDOM_PREFIX) :], seed=model.seed)
