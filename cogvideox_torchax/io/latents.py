@@ -47,6 +47,7 @@ def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
         if path.exists() and not path.is_dir():
             raise LatentsError(f"{str(path)!r} is not a regular file (a FIFO, socket or device); not read")
         raise LatentsError(f"no such latents file: {str(path)!r}")
+    check_header(path)
     try:
         with safe_open(path, framework="pt") as f:
             keys = sorted(f.keys())
@@ -80,6 +81,97 @@ def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+# The safetensors format's dtypes and their sizes in bits (the crate's `Dtype`).
+SAFETENSORS_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
+    "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+HEADER_LIMIT = 100_000_000  # the crate's largest header
+
+
+def check_header(path: str | os.PathLike) -> None:
+    """Refuses a safetensors file whose header is not well formed by the format's rules, reading only the header.
+
+    The rules (as the safetensors crate states them): 8 bytes, the header's
+    length N (little-endian u64, at most 100 MB, within the file); N bytes of
+    UTF-8 JSON, an object, with no key twice; ``__metadata__``, if there, a
+    map of strings to strings; every other entry ``{"dtype", "shape",
+    "data_offsets"}`` with a known dtype, a shape of non-negative integers
+    and offsets ``[begin, end]`` whose span is the tensor's size; and the
+    tensors together cover the data section exactly: no overlap, no hole,
+    nothing after the last.
+
+    Raises:
+        LatentsError: naming the file and what is wrong.
+    """
+    import json
+
+    def bad(what: str) -> LatentsError:
+        return LatentsError(f"{str(path)!r} is not a readable safetensors file (malformed header): {what}")
+
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise bad(f"{size} bytes, shorter than the 8-byte header length")
+            n = int.from_bytes(head, "little")
+            if n > HEADER_LIMIT:
+                raise bad(f"header length {n} is over the format's limit of {HEADER_LIMIT} bytes")
+            if 8 + n > size:
+                raise bad(f"header length {n} runs past the end of the file ({size} bytes)")
+            raw = f.read(n)
+    except OSError as e:
+        raise LatentsError(f"{str(path)!r} cannot be read: {e.strerror or e}") from e
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise bad(f"the header names {twice[0]!r} twice")
+        return dict(pairs)
+
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
+    except (UnicodeDecodeError, ValueError) as e:
+        if isinstance(e, LatentsError):
+            raise
+        raise bad(f"the header is not UTF-8 JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise bad(f"the header is a JSON {type(header).__name__}, not an object")
+    metadata = header.pop("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise bad("__metadata__ is not a map of strings to strings")
+    data = size - 8 - n
+    spans = []
+    for name, entry in header.items():
+        if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+            raise bad(f"tensor {name!r} is not {{dtype, shape, data_offsets}}")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if dtype not in SAFETENSORS_BITS:
+            raise bad(f"tensor {name!r} has dtype {dtype!r}, not one of the format's")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise bad(f"tensor {name!r} has shape {shape!r}, not a list of non-negative integers")
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int and o >= 0 for o in offsets)
+                or offsets[0] > offsets[1]):
+            raise bad(f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with 0 <= begin <= end")
+        bits = SAFETENSORS_BITS[dtype] * int(np.prod(shape, dtype=object))
+        if bits % 8 or offsets[1] - offsets[0] != bits // 8:
+            raise bad(f"tensor {name!r} of {dtype} {shape} takes {bits / 8:g} bytes, "
+                      f"but its data_offsets {offsets} span {offsets[1] - offsets[0]}")
+        spans.append((offsets[0], offsets[1], name))
+    end = 0
+    for begin, stop, name in sorted(spans):
+        if begin != end:
+            what = "overlaps the tensor before it" if begin < end else f"leaves a hole of {begin - end} bytes before it"
+            raise bad(f"tensor {name!r} at data_offsets [{begin}, {stop}] {what}")
+        end = stop
+    if end > data:
+        raise bad(f"the tensors need {end} bytes of data but the file holds {data}")
+    if end < data:
+        raise bad(f"{data - end} bytes after the last tensor's data (the format allows none)")
 
 
 def check_range(z: np.ndarray, dtype: str, *, unscaled_by: float | None = None) -> None:
