@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
+from cogvideox_torchax.runtime.planner import key_of
 from cogvideox_torchax.runtime.programs import ProgramCache
 
 SHAPES = [(1, 4, t, 4, 4) for t in (1, 2, 3)]  # three latent shapes, each its own program
@@ -222,3 +223,27 @@ def test_a_trace_that_fails_midway_leaves_nothing_and_the_shape_decodes_again(ti
     assert all(type(p) is torch.nn.Parameter for p in params.values())
     assert vae.planned(shape) is None and vae.compiled_shapes() == []
     assert np.array_equal(vae.decode(z).sample.numpy(), references[shape])
+
+
+def test_a_plan_that_fails_midway_keeps_none_of_its_candidates(tiny_upstream, monkeypatch):
+    # No budget fits the whole decode; compiling the first tiled candidate
+    # fails: the whole program compiled for the plan is not kept either.
+    vae = _fresh(tiny_upstream, max_memory=1)
+    shape = (1, 4, 1, 8, 12)  # wide enough for tiled candidates
+    whole, tiled = vae.planner.candidates("decode", shape)[:2]
+    assert whole.tiling is None and tiled.tiling is not None
+    real = jax.stages.Lowered.compile
+    compiles = []
+
+    def second_compile_fails(self, *args, **kwargs):
+        compiles.append(1)
+        if len(compiles) == 2:
+            raise RuntimeError("compile failed on purpose")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", second_compile_fails)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        vae.memory_plan(shape)
+    assert len(compiles) == 2 and vae.planned(shape) is None
+    for c in (whole, tiled):
+        assert vae.programs.compiled("decode", shape, key_of(c)) is None, c.name
