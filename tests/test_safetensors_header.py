@@ -85,3 +85,11 @@ def test_the_decode_command_refuses_a_malformed_header_with_exit_2(tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "bad.safetensors" in err, err
     assert "4 bytes after the last tensor's data" in err and not out.exists()
+
+
+def test_model_weights_with_a_malformed_header_are_refused(tmp_path):
+    from cogvideox_torchax.io import model_files
+
+    _file(tmp_path / model_files.WEIGHTS_NAME, {"z": F32}, b"\0" * 20)
+    with pytest.raises(model_files.ModelLoadError, match=r"cannot read weights: .*malformed header.*4 bytes after"):
+        model_files.read_state_dict(tmp_path)

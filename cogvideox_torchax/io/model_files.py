@@ -21,6 +21,8 @@ from diffusers.models.activations import ACT2CLS
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from cogvideox_torchax.io.latents import LatentsError, check_header
+
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
 WEIGHTS_INDEX_NAME = "diffusion_pytorch_model.safetensors.index.json"
@@ -236,7 +238,10 @@ def read_state_dict(folder: Path, variant: str | None = None) -> dict[str, torch
     state: dict[str, torch.Tensor] = {}
     for f in _weight_files(folder, variant):
         try:
+            check_header(f)  # the format's rules, checked before any data is read
             part = load_file(f)
+        except LatentsError as e:
+            raise ModelLoadError(f"cannot read weights: {e}") from e
         except (SafetensorError, OSError, ValueError, RuntimeError, TypeError, OverflowError, KeyError) as e:
             raise ModelLoadError(f"cannot read weights {str(f)!r}: {' '.join(str(e).split())}") from e
         for key, tensor in part.items():
