@@ -158,7 +158,6 @@ def test_ahead_of_time_calls_and_encode_from_threads_equal_single_threaded(tiny_
 def test_a_decode_overlapping_a_dtype_change_runs_wholly_in_one_dtype(tiny_upstream, references):
     shape = SHAPES[0]
     z = _latents(shape)
-    want = {torch.float32: references[shape], torch.bfloat16: _numpy(_fresh(tiny_upstream, dtype="bfloat16").decode(z).sample)}
     vae = _fresh(tiny_upstream)
 
     def work(i: int) -> list[tuple[torch.dtype, np.ndarray]]:
@@ -173,10 +172,12 @@ def test_a_decode_overlapping_a_dtype_change_runs_wholly_in_one_dtype(tiny_upstr
 
     results = _in_threads(3, work)
     assert vae.dtype == torch.bfloat16 and vae.weights[next(iter(vae.weights))].dtype == jax.numpy.bfloat16
+    # Every result is wholly fp32's or wholly bf16's (as the VAE decodes now).
+    after = vae.decode(z).sample
+    assert after.dtype == torch.bfloat16 and not np.array_equal(_numpy(after), references[shape])
+    want = {torch.float32: references[shape], torch.bfloat16: _numpy(after)}
     for dtype, got in (r for per_thread in results for r in per_thread):
         assert np.array_equal(got, want[dtype]), dtype
-    # After it, every decode is bf16's.
-    assert np.array_equal(_numpy(vae.decode(z).sample), want[torch.bfloat16])
 
 
 def test_a_compile_that_fails_leaves_nothing_and_the_shape_decodes_again(tiny_upstream, references, monkeypatch):

@@ -87,25 +87,21 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     Threads: one VAE may be shared by several threads. `decode`, `encode`,
     their ``_jax`` forms, `decode_frames_jax`, `memory_plan`, ``compile_*``,
     ``lower_*``, `to` and the tiling and slicing switches may be called at
-    once: a shape is planned and compiled once, by the first thread that
+    once. A shape is planned and compiled once, by the first thread that
     needs it, while the others wait for it; shapes already compiled run
-    concurrently. Results equal those of the same calls made one after
-    another. A call that fails (a compile error, out of memory, an
-    interrupt) keeps nothing half-built: the next call of that shape builds
-    it anew. A decode or encode that overlaps ``to(dtype)`` runs wholly in
-    the dtype it started with; one that overlaps `enable_tiling` or
-    `disable_tiling` may run each batch element of a sliced batch with
-    either setting (each is upstream's result for it). Tracing holds one
-    process-wide lock (upstream's module is traced with its parameters
-    swapped), so several VAEs in one process compile one at a time and run
-    at once.
+    concurrently. Results equal single-threaded ones. A call that fails (a
+    compile error, out of memory, an interrupt) leaves nothing half-built:
+    the next call of that shape builds it anew. A decode or encode that
+    overlaps ``to(dtype)`` runs wholly in the dtype it started with (with
+    `enable_tiling` meanwhile, each element of a sliced batch may see
+    either setting). Tracing holds one process-wide lock, so the VAEs of
+    one process compile one at a time (and still run at once).
 
-    Processes: a VAE lives in the process that built it; load it in each
-    process. What processes share safely is JAX's persistent compilation
-    cache (`cogvideox_torchax.runtime.compile_cache`) and the saved model
-    folder, read-only. Under jax.distributed every process makes the same
-    calls in the same order (they are collectives), so drive the VAE from
-    one thread per process there.
+    Processes: nothing of a VAE is shared between processes; build one in
+    each. They may share JAX's persistent compilation cache
+    (`cogvideox_torchax.runtime.compile_cache`) and a saved model folder.
+    Under jax.distributed every process makes the same calls in the same
+    order (they are collectives): drive the VAE from one thread per process.
 
     Attributes:
         programs: the `ProgramCache` (programs by target, tiling and mesh).
