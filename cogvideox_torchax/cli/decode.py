@@ -263,8 +263,9 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     with agreement.together("writing the outputs"):
         with Stage("write", batch * per_video, "frame" if per_video > 1 else "file", config.run.quiet) as write:
             if staged is not None:
-                for tmp, one in zip(staged.temps, host, strict=True):
-                    video.write_video_to(tmp, kind, one, fps=config.fps, crf=config.crf, tick=write.tick)
+                for path, tmp, one in zip(staged.paths, staged.temps, host, strict=True):
+                    with outputs.disk_full_named(path, one.nbytes):
+                        video.write_video_to(tmp, kind, one, fps=config.fps, crf=config.crf, tick=write.tick)
         if config.run.memory_report:
             memory.report("write")
         interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in

@@ -163,7 +163,7 @@ def _dry_run(config: EncodeConfig) -> dict[str, Any]:
 
 
 def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
-    from cogvideox_torchax.io import latents
+    from cogvideox_torchax.io import latents, outputs
     from cogvideox_torchax.runtime import memory
 
     x, info, read = _read(config, config.run.quiet)
@@ -220,7 +220,8 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
     with agreement.together("writing the output"):
         with Stage("write", 1, "file", config.run.quiet) as write:
             if staged is not None:
-                latents.save_latents_file(staged.temps[0], out, key=LATENTS_KEY, metadata=metadata)
+                with outputs.disk_full_named(staged.paths[0], out.nbytes):
+                    latents.save_latents_file(staged.temps[0], out, key=LATENTS_KEY, metadata=metadata)
             write.tick()
         if config.run.memory_report:
             memory.report("write")

@@ -79,6 +79,8 @@ def one_line(e: BaseException) -> str:
     # ModelLoadError, LatentsError, FramesError and OutputError are
     # ValueErrors with a message written for the user; anything else is ours
     # and says its type.
+    if isinstance(e, OSError) and type(e).__name__ == "DiskFull":  # cogvideox_torchax.io.outputs.DiskFull
+        return " ".join(e.strerror.split())
     text = " ".join(str(e).split())
     return text if isinstance(e, (UsageError, OutOfMemory, ValueError)) else f"{type(e).__name__}: {text}"
 

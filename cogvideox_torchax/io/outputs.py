@@ -36,6 +36,37 @@ class OutputError(ValueError):
     """An output path that cannot be written or may not be replaced; the message says why."""
 
 
+class DiskFull(OSError):
+    """The disk (or the user's quota) filled up while writing an output; the message names it and the bytes needed."""
+
+
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")  # numpy's tofile on a full disk
+
+
+@contextlib.contextmanager
+def disk_full_named(output: str | os.PathLike, needed: int | None = None) -> Iterator[None]:
+    """Turns a full disk while writing ``output`` (ENOSPC or EDQUOT from any writer, numpy's short write) into `DiskFull`.
+
+    ``needed``: the bytes the output takes uncompressed, when known (named in the message).
+    """
+    try:
+        yield
+    except DiskFull:
+        raise
+    except OSError as e:
+        short = _SHORT_WRITE.search(str(e)) if e.errno is None else None
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) and short is None:
+            raise
+        if short is not None:
+            want, wrote = int(short.group(1)), int(short.group(2))
+            detail = f"{want} bytes needed, {wrote} written"
+        else:
+            detail = f"{needed} bytes needed" if needed is not None else "more space needed"
+        what = "the quota is exceeded" if e.errno == errno.EDQUOT else "the disk is full"
+        raise DiskFull(e.errno or errno.ENOSPC,
+                       f"{what} writing {str(output)!r} ({detail}); nothing of it was kept") from e
+
+
 def output_kind(path: str | os.PathLike) -> str:
     """``"mp4"``, ``"npy"``, ``"safetensors"``, or ``"png"`` for a path without a suffix (a folder of frames).
 
