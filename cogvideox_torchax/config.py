@@ -14,17 +14,7 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
-_DTYPE_ALIASES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "f32": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-    "f16": "float16",
-    "half": "float16",
-}
+from cogvideox_torchax.spellings import dtype_name
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _JAX_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -46,9 +36,7 @@ def canonical_dtype(dtype: str | torch.dtype) -> str:
         for name, td in _TORCH_DTYPES.items():
             if td == dtype:
                 return name
-    elif isinstance(dtype, str) and dtype.lower() in _DTYPE_ALIASES:
-        return _DTYPE_ALIASES[dtype.lower()]
-    raise ValueError(f"dtype must be float32, bfloat16 or float16 (fp32/bf16/fp16 accepted), got {dtype!r}")
+    return dtype_name(dtype)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from cogvideox_torchax import spellings
 from cogvideox_torchax.cli import errors
 
 RANDOM_PREFIX = "random:"
@@ -122,18 +123,10 @@ class RunOptions:
             errors.UsageError: a dtype, memory budget, target or timeout that cannot be.
         """
         check_shared_cheaply(args)
-        # These modules import torch and JAX: after every check that needs neither.
-        from cogvideox_torchax.config import canonical_dtype
-        from cogvideox_torchax.runtime import budget, memory
+        dtype = spellings.dtype_name(args.dtype)
+        # This module imports JAX: after every check that needs no framework.
+        from cogvideox_torchax.runtime import memory
 
-        try:
-            dtype = canonical_dtype(args.dtype)
-        except ValueError as e:
-            raise errors.UsageError(str(e)) from e
-        try:
-            budget.parse_memory(args.max_memory)
-        except ValueError as e:
-            raise errors.UsageError(f"--max-memory: {e}") from e
         model = ModelOptions(args.model, args.subfolder, dtype, args.mesh, args.seed, str(args.max_memory), args.target)
         joins = DistributedOptions(
             args.distributed, args.coordinator, args.num_processes, args.process_id, args.distributed_timeout
@@ -151,10 +144,19 @@ def check_shared_cheaply(args: argparse.Namespace) -> None:
     """The checks of the shared options that import no framework (torch, JAX, diffusers): run before any that do.
 
     Raises:
-        errors.UsageError: a seed or timeout out of range, a ``--target`` without ``--dry-run`` or unknown.
+        errors.UsageError: a dtype or memory budget that cannot be, a seed or timeout out of range, a
+            ``--target`` without ``--dry-run`` or unknown.
     """
     from cogvideox_torchax.runtime import targets  # imports no framework
 
+    try:
+        spellings.dtype_name(args.dtype)
+    except ValueError as e:
+        raise errors.UsageError(str(e)) from e
+    try:
+        spellings.parse_memory(args.max_memory)
+    except ValueError as e:
+        raise errors.UsageError(f"--max-memory: {e}") from e
     check_range("--distributed-timeout", args.distributed_timeout, 1e-3)
     check_range("--seed", args.seed, *SEED_RANGE)
     if args.target is not None:

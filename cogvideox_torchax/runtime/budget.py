@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 from jax.sharding import Mesh
 
+from cogvideox_torchax.spellings import parse_memory  # noqa: F401  (part of this module's API)
+
 # Left free of every budget: XLA's memory analysis does not count the
 # allocator's fragmentation or the runtime's own buffers.
 SAFETY_MARGIN = 0.10
@@ -28,48 +30,10 @@ SAFETY_MARGIN = 0.10
 # Tiles per axis of the candidate plans after the whole decode, in order.
 TILE_COUNTS = (2, 3, 4, 6, 8)
 
-_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "k": 2**10,
-    "m": 2**20,
-    "g": 2**30,
-    "t": 2**40,
-}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*$")
 
 
 class MemoryBudgetError(ValueError):
     """No plan fits the memory budget; raised before anything runs."""
-
-
-def parse_memory(text: str | int | None) -> int | None:
-    """Bytes from ``"16GiB"``, ``"8 GB"``, ``"512MiB"``, ``"1.5G"`` (G = GiB) or an int; None for ``"auto"``/None.
-
-    Raises:
-        ValueError: anything else, or a size that is not positive.
-    """
-    if text is None or (isinstance(text, str) and text.strip().lower() == "auto"):
-        return None
-    if isinstance(text, bool) or not isinstance(text, (int, str)):
-        raise ValueError(f"memory budget must be 'auto' or a size like '16GiB', got {text!r}")
-    if isinstance(text, int):
-        value = text
-    else:
-        m = _SIZE.match(text)
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"memory budget must be 'auto' or a size like '16GiB', '8GB', '512MiB', got {text!r}")
-        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if value < 1:
-        raise ValueError(f"memory budget must be positive, got {text!r}")
-    return value
 
 
 def host_available() -> int:
