@@ -1,4 +1,4 @@
-"""One `TorchaxVAE` shared by several threads: each shape compiled once, results as single-threaded, failures leave nothing.
+"""One `TorchaxVAE` shared by threads: each shape compiled once, results as single-threaded, failures leave nothing.
 
 Every test builds its own VAE (the session's ``tiny_vae`` only gives the
 single-threaded references), starts its threads together at a barrier and
