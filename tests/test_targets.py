@@ -5,6 +5,7 @@ checked here is the optimized program those compilers return: its
 convolutions, their dtypes and layouts, and its memory per device.
 """
 
+import copy
 import json
 import subprocess
 import sys
@@ -66,8 +67,8 @@ def test_h200_program_runs_cudnn_convs_with_the_bias_fused_and_bf16_activations(
 def test_h200_fp16_program_fuses_the_bias_into_cudnn_convs_with_fp16_activations(tiny_upstream):
     require_compiler("cuda")
     # wrap of a float16 module (CogVideoX-2b's published torch_dtype) runs in float16.
-    vae = ct.wrap(tiny_upstream.half(), mesh="dp=1,tp=1")
-    tiny_upstream.float()
+    # A copy: the session's module stays fp32 for the tests after this one.
+    vae = ct.wrap(copy.deepcopy(tiny_upstream).half(), mesh="dp=1,tp=1")
     convs, _ = hlo.compiled_ops(vae.compile_decode(_TINY, target="h200").as_text())
     assert len(convs) >= 60 and all(c.op == "cudnn-conv" for c in convs)  # the fp32 bias in cuDNN's epilogue
     batch, _, frames, height, width = _TINY

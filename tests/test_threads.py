@@ -1,7 +1,8 @@
 """One `TorchaxVAE` shared by threads: each shape compiled once, results as single-threaded, failures leave nothing.
 
-Every test builds its own VAE (the session's ``tiny_vae`` only gives the
-single-threaded references), starts its threads together at a barrier and
+Every test builds its own VAE of this module's own upstream module (built
+here, so no other test's change to a shared one reaches it; a reference VAE
+of it gives the single-threaded references), starts its threads together at a barrier and
 compares results exactly with ``np.array_equal``: the same program on the
 same weights and inputs gives the same bits, whichever thread runs it.
 """
@@ -63,6 +64,18 @@ def _in_threads(n: int, work: Callable[[int], Any], timeout: float = 300) -> lis
     if errors:
         raise errors[0]
     return results
+
+
+@pytest.fixture(scope="module")
+def tiny_upstream():
+    """diffusers' tiny test config with seeded random weights, this module's own."""
+    return ct.random_upstream("tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny_vae(tiny_upstream):
+    """The single-threaded reference VAE."""
+    return _fresh(tiny_upstream)
 
 
 @pytest.fixture(scope="module")
