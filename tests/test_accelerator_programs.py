@@ -201,7 +201,7 @@ def test_accelerator_bf16_psnr_within_half_a_db_of_torch(platform, seed):
 # fp16 with the bias in fp32 on every platform (runtime/plan.py): the CUDA
 # and TPU plans' decodes equal the CPU plan's to the dB here, +0.18 to
 # +1.91 dB above upstream torch's own fp16 decode on seeds 0-5 (tiny,
-# (1,4,3,4,4)); the seeds tested are 1.44 to 1.91 dB above.
+# (1,4,3,4,4)); the random seeds tested are 1.44 to 1.91 dB above.
 @pytest.mark.parametrize("seed", [0, 1, 3])
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
 def test_accelerator_fp16_psnr_within_half_a_db_of_torch(platform, seed):
