@@ -138,7 +138,10 @@ def print_table(report: dict[str, Any]) -> None:
 
 
 def plot(report: dict[str, Any], path: str) -> None:
-    """Steady and compile (first-call for torch) time against the swept axis, one line per system."""
+    """Steady time, compile (first-call for torch) time and compiled temporaries against the swept axis.
+
+    One line per system; torch has no compiled program, so no memory line.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,19 +149,24 @@ def plot(report: dict[str, Any], path: str) -> None:
 
     axis = report.get("sweep") or "frames"
     index = 2 if axis == "frames" else 3
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 4))
     for system in dict.fromkeys(r["system"] for r in report["results"]):
         rows = [r for r in report["results"] if r["system"] == system]
         xs = [r["shape"][index] for r in rows]
         a1.plot(xs, [r.get("steady_s") for r in rows], "o-", label=system)
         compile_key = "first_call_s" if system == "torch" else "compile_s"
         a2.plot(xs, [r.get(compile_key) for r in rows], "o-", label=system)
+        temp = [(x, r["temp_bytes"] / 2**30) for x, r in zip(xs, rows, strict=True) if r.get("temp_bytes")]
+        if temp:
+            a3.plot(*zip(*temp, strict=True), "o-", label=system)
     xlabel = "latent frames" if axis == "frames" else "latent height = width"
     a1.set(xlabel=xlabel, ylabel="steady decode s (median)", title="decode time")
     a2.set(xlabel=xlabel, ylabel="s", title="compile (torch: first call)")
-    for a in (a1, a2):
+    a3.set(xlabel=xlabel, ylabel="GiB", title="compiled temporaries")
+    for a in (a1, a2, a3):
         a.grid(alpha=0.3)
-        a.legend()
+        if a.get_legend_handles_labels()[0]:
+            a.legend()
     fig.suptitle(f"{report['config']['model']}, {report['dtype']}, {report['device']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
