@@ -120,7 +120,10 @@ def conv(
         padding: symmetric zero padding per spatial dim.
         dilation: per spatial dim.
         groups: feature groups.
-        channels_last, bias_in_fp32, fused_bias, max_elements: see `ConvPolicy`.
+        channels_last: see `ConvPolicy`.
+        bias_in_fp32: see `ConvPolicy`.
+        fused_bias: see `ConvPolicy`.
+        max_elements: see `ConvPolicy`.
 
     Returns:
         The convolution in ``x.dtype``, accumulated in fp32 (biased there

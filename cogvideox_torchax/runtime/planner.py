@@ -154,10 +154,12 @@ class Planner:
             shape: latents ``(B, C, T, H, W)`` for ``kind="decode"``, a video
                 ``(B, C, F, H, W)`` for ``"encode"``.
             kind: ``"decode"``, ``"frames"`` or ``"encode"``.
-            target, mesh: plan for a named accelerator instead (as
-                `lower_decode` takes them): candidates compiled by its real
+            target: plan for this named accelerator instead (as
+                `lower_decode` takes it): candidates compiled by its real
                 compiler, the budget its per-device `targets.Accelerator.budget`
                 (or ``max_memory`` when given), wider meshes up to its devices.
+            mesh: with ``target``, the mesh over its devices (``"dp=1,tp=8"``;
+                default all on ``tp``).
 
         Raises:
             MemoryBudgetError: no candidate fits; says what each needs.
