@@ -17,7 +17,7 @@ def _section_commands(readme: str, heading: str) -> list[str]:
 def test_ci_runs_the_readme_commands():
     readme = (ROOT / "README.md").read_text()
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
-    for heading in ("Install", "Run", "Test"):
+    for heading in ("Install", "Run", "Encode", "Test"):
         commands = _section_commands(readme, heading)
         assert commands, heading
         for command in commands:
