@@ -146,7 +146,7 @@ class DecodeConfig:
         if args.output is not None:
             is_dir = not Path(args.output.rstrip("/")).suffix  # no suffix: a folder of PNG frames
             options.check_output_path("--output", args.output, args.latents, is_dir)
-        run = options.RunOptions.from_args(args)  # imports torch and JAX (the dtype's and --max-memory's checks)
+        run = options.RunOptions.from_args(args)  # imports JAX: after every check that needs no framework
         return cls(
             run, tuple(args.latents), args.key, args.layout, args.unscale, args.output, args.output_dir,
             (args.format or "mp4") if args.output_dir is not None else None, args.batch_size, args.skip_existing,

@@ -127,11 +127,12 @@ def check_header(path: str | os.PathLike) -> None:
         raise LatentsError(f"{str(path)!r} cannot be read: {e.strerror or e}") from e
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [k for k, _ in pairs]
-        twice = sorted({k for k in keys if keys.count(k) > 1})
-        if twice:
-            raise bad(f"the header names {twice[0]!r} twice")
-        return dict(pairs)
+        found = dict(pairs)
+        if len(found) < len(pairs):  # linear: a header may name a great many tensors
+            seen: set[str] = set()
+            twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise bad(f"the header names {twice!r} twice")
+        return found
 
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
