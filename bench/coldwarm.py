@@ -25,7 +25,7 @@ def child(args: argparse.Namespace, t_process: float) -> int:
 
     ``t_process``: ``time.perf_counter()`` at the process start, near enough.
     """
-    from cogvideox_torchax.runtime import compile_cache
+    from cogvideox_torchax.vae import compile_cache
 
     if args.child != "torch":
         compile_cache.enable_compile_cache(os.environ["COGVIDEOX_TORCHAX_CACHE_DIR"])

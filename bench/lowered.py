@@ -22,7 +22,7 @@ from typing import Any
 import cogvideox_torchax as ct
 from bench.flops import analytic_conv_flops, conv_io_elements
 from bench.inputs import load_upstream
-from cogvideox_torchax.runtime import hlo
+from cogvideox_torchax.platforms import hlo
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,9 +1,9 @@
 """``python -m bench.memory_plan``: which plan the memory planner picks under each budget, compile-only.
 
 Compiles every candidate of `TorchaxVAE.memory_candidates` once (nothing
-runs) and applies the planner's own rule (`cogvideox_torchax.runtime.planner.choose`)
+runs) and applies the planner's own rule (`cogvideox_torchax.memory.planner.choose`)
 to each budget: the first candidate whose compiled bytes fit the budget less
-`cogvideox_torchax.runtime.budget.SAFETY_MARGIN`, smaller tiles not tried once
+`cogvideox_torchax.memory.budget.SAFETY_MARGIN`, smaller tiles not tried once
 they stop saving memory::
 
     python -m bench.memory_plan --shape 13,60,90 --budgets 8,16,32
@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     import cogvideox_torchax as ct
-    from cogvideox_torchax.runtime import budget
-    from cogvideox_torchax.runtime.planner import choose
+    from cogvideox_torchax.memory import budget
+    from cogvideox_torchax.memory.planner import choose
 
     upstream = ct.random_upstream(args.model.removeprefix("random:"))
     t, h, w = (int(v) for v in args.shape.split(","))

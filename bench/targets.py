@@ -1,7 +1,7 @@
 """``python -m bench.targets``: ours and the Flax port compiled for an accelerator that is not attached.
 
 Both decodes are compiled the same way, by the target's own XLA compiler on
-its compile-only devices (`cogvideox_torchax.runtime.targets`), in bf16::
+its compile-only devices (`cogvideox_torchax.platforms.accelerators`), in bf16::
 
     python -m bench.targets --target h200 --shape 1,16,13,60,90 --shape 1,16,21,96,170
     python -m bench.targets --target v6e-8 --mesh dp=1,tp=8 --shape 1,16,21,96,170
@@ -41,7 +41,7 @@ MODELS = {(13, 60, 90): "random:cogvideox-2b", (21, 96, 170): "random:cogvideox-
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.targets", description=__doc__.splitlines()[0])
-    p.add_argument("--target", action="append", help="a name of cogvideox_torchax.runtime.targets.TARGETS (repeatable)")
+    p.add_argument("--target", action="append", help="a name of cogvideox_torchax.platforms.accelerators.TARGETS (repeatable)")
     p.add_argument("--mesh", default=None, help="dp=D,tp=T over the target's devices (default: all on tp)")
     p.add_argument("--shape", action="append", help="latents B,C,T,H,W (repeatable; default 1,16,13,60,90)")
     p.add_argument("--model", default=None, help="random:PRESET or a local diffusers VAE folder (default: by shape)")
@@ -63,11 +63,12 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
 
     import cogvideox_torchax as ct
     from bench.inputs import load_upstream
-    from cogvideox_torchax.runtime import budget, hlo, targets
+    from cogvideox_torchax.memory import budget
+    from cogvideox_torchax.platforms import accelerators, hlo
 
     jax.config.update("jax_enable_compilation_cache", False)
-    acc = targets.get(target)
-    on = targets.target_mesh(acc.name, mesh)
+    acc = accelerators.get(target)
+    on = accelerators.target_mesh(acc.name, mesh)
     upstream = load_upstream(model, seed=0)
     row: dict[str, Any] = {
         "system": system, "target": acc.name, "mesh": dict(on.shape), "model": model, "shape": list(shape),
@@ -76,7 +77,7 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
     # Each process imports only its own system: flax's import alone slows
     # a later lowering by garbage collection (ours: 0.17 -> 0.41 s).
     if system == "ours":
-        from cogvideox_torchax.runtime.programs import ProgramKey
+        from cogvideox_torchax.vae.program_cache import ProgramKey
     else:
         from bench import flax_vae
 
@@ -169,11 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     if any(len(s) != 5 for s in shapes):
         raise SystemExit("error: --shape takes B,C,T,H,W")
     targets_ = args.target or ["h200"]
-    from cogvideox_torchax.runtime import targets
+    from cogvideox_torchax.platforms import accelerators
 
     for name in targets_:
         try:
-            targets.get(name)
+            accelerators.get(name)
         except ValueError as e:
             raise SystemExit(f"error: --target: {e}") from None
     if args.one:

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 # its own code runs) does not load torch, JAX and diffusers: the command
 # lines install their Ctrl-C handling first.
 _EXPORTS = {
-    "MemoryBudgetError": "cogvideox_torchax.runtime.budget",
-    "MemoryPlan": "cogvideox_torchax.runtime.budget",
+    "MemoryBudgetError": "cogvideox_torchax.memory.budget",
+    "MemoryPlan": "cogvideox_torchax.memory.budget",
     "PRESETS": "cogvideox_torchax.config",
     "RuntimeOptions": "cogvideox_torchax.config",
     "ModelLoadError": "cogvideox_torchax.loading",
@@ -36,8 +36,8 @@ _EXPORTS = {
     "random_upstream": "cogvideox_torchax.loading",
     "wrap": "cogvideox_torchax.loading",
     "make_mesh": "cogvideox_torchax.parallel.sharding",
-    "TorchaxVAE": "cogvideox_torchax.runtime.vae",
-    "UnsupportedAttributeError": "cogvideox_torchax.runtime.vae",
+    "TorchaxVAE": "cogvideox_torchax.vae.torchax_vae",
+    "UnsupportedAttributeError": "cogvideox_torchax.vae.torchax_vae",
 }
 
 __all__ = [
@@ -58,16 +58,16 @@ __all__ = [
 if TYPE_CHECKING:
     from cogvideox_torchax.config import PRESETS, RuntimeOptions
     from cogvideox_torchax.loading import ModelLoadError, build, from_pretrained, random_upstream, wrap
+    from cogvideox_torchax.memory.budget import MemoryBudgetError, MemoryPlan
     from cogvideox_torchax.parallel.sharding import make_mesh
-    from cogvideox_torchax.runtime.budget import MemoryBudgetError, MemoryPlan
-    from cogvideox_torchax.runtime.vae import TorchaxVAE, UnsupportedAttributeError
+    from cogvideox_torchax.vae.torchax_vae import TorchaxVAE, UnsupportedAttributeError
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         # Before JAX starts: a machine without accelerators gets the CPU
         # backend without the compiler extra's plugins starting (and printing).
-        from cogvideox_torchax.runtime.targets import use_cpu_without_accelerators
+        from cogvideox_torchax.platforms.accelerators import use_cpu_without_accelerators
 
         use_cpu_without_accelerators()
         value = getattr(importlib.import_module(_EXPORTS[name]), name)

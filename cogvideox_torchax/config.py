@@ -44,7 +44,7 @@ class RuntimeOptions:
     """How the upstream VAE is run; validated on construction.
 
     Every switch below is ``None`` (the default: on wherever
-    `cogvideox_torchax.runtime.plan` says it applies to the target), ``True`` (on;
+    `cogvideox_torchax.platforms.run_plan` says it applies to the target), ``True`` (on;
     building a VAE for a target where it cannot apply raises ValueError
     saying why) or ``False`` (off, for comparison). ``vae.plan`` lists what
     runs.

@@ -26,9 +26,9 @@ from cogvideox_torchax.io.model_files import (
     read_state_dict,
     resolve_model_dir,
 )
+from cogvideox_torchax.memory import budget
 from cogvideox_torchax.parallel.sharding import make_mesh
-from cogvideox_torchax.runtime import budget
-from cogvideox_torchax.runtime.vae import TorchaxVAE
+from cogvideox_torchax.vae.torchax_vae import TorchaxVAE
 
 
 def _meta_module(config: Mapping[str, Any]) -> AutoencoderKLCogVideoX:

@@ -1,7 +1,7 @@
 """How users spell a dtype or a memory size, read without importing any framework.
 
 The commands check their options before torch, JAX or diffusers load, so
-these parsers live apart from `config` and `runtime.budget` (which import
+these parsers live apart from `config` and `memory.budget` (which import
 both and re-export them).
 """
 

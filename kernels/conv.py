@@ -23,7 +23,7 @@ convolution ~40x slower (jax-ml/jax#12868; measured here: 128->128 3x3x3 on
 The frame-batch scan is such a loop.
 
 What differs per backend is one `ConvPolicy` (chosen by
-`cogvideox_torchax.runtime.plan`): the layout, where a bf16 or fp16 bias is added, and the
+`cogvideox_torchax.platforms.run_plan`): the layout, where a bf16 or fp16 bias is added, and the
 largest operand a convolution may have before it is split.
 """
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.runtime import targets
+from cogvideox_torchax.platforms import accelerators
 
 # tests/multidevice needs 8 simulated devices, which must be set before JAX
 # starts; tests/test_multidevice.py runs it in its own process with them.
@@ -17,7 +17,7 @@ def require_compiler(platform: str) -> None:
     Under CI (``CI`` set) the compilers are part of every tested stack, so a
     missing one fails the test instead of hiding it.
     """
-    missing = targets.compiler_missing(platform)
+    missing = accelerators.compiler_missing(platform)
     if missing and os.environ.get("CI"):
         pytest.fail(f"CI installs the compilers of every stack, yet {missing}")
     if missing:

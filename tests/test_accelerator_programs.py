@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.runtime import hlo
-from cogvideox_torchax.runtime.programs import ProgramKey
-from cogvideox_torchax.runtime.vae import to_host_torch
+from cogvideox_torchax.platforms import hlo
+from cogvideox_torchax.vae.program_cache import ProgramKey
+from cogvideox_torchax.vae.torchax_vae import to_host_torch
 from tests import stablehlo_rules as escapes
 from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close, psnr
@@ -198,7 +198,7 @@ def test_accelerator_bf16_psnr_within_half_a_db_of_torch(platform, seed):
     assert ours_db >= theirs_db - 0.5
 
 
-# fp16 with the bias in fp32 on every platform (runtime/plan.py): the CUDA
+# fp16 with the bias in fp32 on every platform (platforms/run_plan.py): the CUDA
 # and TPU plans' decodes equal the CPU plan's to the dB here, +0.18 to
 # +1.91 dB above upstream torch's own fp16 decode on seeds 0-5 (tiny,
 # (1,4,3,4,4)); the random seeds tested are 1.44 to 1.91 dB above.

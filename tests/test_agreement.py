@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from cogvideox_torchax.cli import agreement, errors, out_of_memory
-from cogvideox_torchax.runtime import budget
+from cogvideox_torchax.memory import budget
 
 
 @pytest.fixture

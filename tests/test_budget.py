@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.runtime import budget
+from cogvideox_torchax.memory import budget
 from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close
 

@@ -12,7 +12,7 @@ from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCaus
 
 import cogvideox_torchax as ct
 from cogvideox_torchax import patches
-from cogvideox_torchax.runtime.plan import Target, build_plan
+from cogvideox_torchax.platforms.run_plan import Target, build_plan
 from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close
 

@@ -104,7 +104,7 @@ def test_out_of_memory_inside_the_vae_is_retried_once_by_the_command_alone(tmp_p
     import jax
 
     import cogvideox_torchax as ct
-    from cogvideox_torchax.runtime.retry import PlanReplacedWarning
+    from cogvideox_torchax.memory.retry import PlanReplacedWarning
 
     real = ct.TorchaxVAE.prepare
     runs = []

@@ -153,8 +153,8 @@ def test_encoder_convs_add_in_order(tiny_upstream, tiny_vae):
 # plan's program (run here) the same to the dB. Hence the bound on the
 # mean over seeds (0.5 dB) and 1 dB per seed for the luck.
 def test_tiny_fp16_encode_psnr_level_with_torch():
-    from cogvideox_torchax.runtime.programs import ProgramKey
-    from cogvideox_torchax.runtime.vae import to_host_torch
+    from cogvideox_torchax.vae.program_cache import ProgramKey
+    from cogvideox_torchax.vae.torchax_vae import to_host_torch
     from tests.parity import psnr
 
     ours_db, tpu_db, theirs_db = [], [], []

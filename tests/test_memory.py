@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from cogvideox_torchax.decode import main
-from cogvideox_torchax.runtime import memory
+from cogvideox_torchax.memory import in_use
 
 
 def test_five_decodes_leave_live_memory_where_the_first_did(tiny_vae):
@@ -15,7 +15,7 @@ def test_five_decodes_leave_live_memory_where_the_first_did(tiny_vae):
         out = tiny_vae.decode_jax(z)
         jax.block_until_ready(out)
         del out
-        totals.append(sum(memory.live_device_bytes()[0].values()))
+        totals.append(sum(in_use.live_device_bytes()[0].values()))
     print(f"[memory] live bytes after each of five decodes: {totals}")
     assert totals[0] > 0  # the weights are live
     assert totals[1:] == [totals[0]] * 4
@@ -29,9 +29,9 @@ def test_clear_compiled_drops_executables(tiny_vae):
 
 
 def test_live_device_bytes_counts_a_new_array():
-    before, source = memory.live_device_bytes()
+    before, source = in_use.live_device_bytes()
     x = jax.numpy.zeros((1024, 256), jax.numpy.float32)
-    after, _ = memory.live_device_bytes()
+    after, _ = in_use.live_device_bytes()
     assert source in ("memory_stats", "live_arrays")
     assert sum(after.values()) - sum(before.values()) >= x.nbytes
     del x
@@ -47,7 +47,7 @@ def test_cli_memory_report(tmp_path, capsys, monkeypatch, how):
     if how == "flag":
         argv.append("--memory-report")
     else:
-        monkeypatch.setenv(memory.ENV_VAR, "1")
+        monkeypatch.setenv(in_use.ENV_VAR, "1")
     assert main(argv) == 0
     err = capsys.readouterr().err
     for stage in ("load", "compile", "decode", "write"):

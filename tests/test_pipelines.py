@@ -184,7 +184,7 @@ def test_wrapped_vae_stands_in_for_upstreams_class():
 
     vae = _ours(tiny_pipeline(CogVideoXPipeline, 4)).vae
     assert type(vae) is ct.TorchaxVAE and isinstance(vae, AutoencoderKLCogVideoX)
-    assert ct.wrap(vae) is vae and type(vae).__module__ == "cogvideox_torchax.runtime.vae"
+    assert ct.wrap(vae) is vae and type(vae).__module__ == "cogvideox_torchax.vae.torchax_vae"
     assert {"decode_jax", "memory_plan", "plan", "mesh"} <= set(dir(vae))  # our API, not upstream's
     from cogvideox_torchax.patches import apply_frame_scan
 

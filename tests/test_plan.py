@@ -5,7 +5,7 @@ import json
 import pytest
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.runtime.plan import GPU_MAX_CONV_ELEMENTS, TPU_MAX_CONV_ELEMENTS, Target, build_plan
+from cogvideox_torchax.platforms.run_plan import GPU_MAX_CONV_ELEMENTS, TPU_MAX_CONV_ELEMENTS, Target, build_plan
 
 _CPU_FP32 = (
     "group_norm",
@@ -154,7 +154,7 @@ def test_the_plan_is_visible_in_repr_and_json(tiny_vae):
 
 def test_every_switch_has_one_registered_patch_and_the_plan_reads_only_the_registry():
     from cogvideox_torchax.patches.registry import patches
-    from cogvideox_torchax.runtime.plan import compiler_options
+    from cogvideox_torchax.platforms.run_plan import compiler_options
 
     registered = [p.option for p in patches()]
     # Every field is a registered patch's switch (a patch needs no field: the next test).
@@ -175,7 +175,7 @@ def test_a_patch_without_a_field_is_switched_by_name(monkeypatch):
     """Adding a patch touches its module only: its switch works by name, with the plan's rules."""
     from cogvideox_torchax.patches import registry
     from cogvideox_torchax.patches.base import Patch
-    from cogvideox_torchax.runtime import plan as plan_module
+    from cogvideox_torchax.platforms import run_plan as plan_module
 
     demo = Patch("demo_patch", 999, None, lambda target, applied: None if target.platform == "cpu" else "CPU only")
     every = (*registry.patches(), demo)

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.runtime.budget import Candidate, MemoryBudgetError
-from cogvideox_torchax.runtime.planner import choose
-from cogvideox_torchax.runtime.retry import PlanReplacedWarning, retry_out_of_memory
+from cogvideox_torchax.memory.budget import Candidate, MemoryBudgetError
+from cogvideox_torchax.memory.planner import choose
+from cogvideox_torchax.memory.retry import PlanReplacedWarning, retry_out_of_memory
 
 _WHOLE = Candidate("whole", None, None)
 _TILES = [Candidate(f"tiles {k}", {"k": k}, None) for k in (2, 3, 4)]

@@ -1,6 +1,6 @@
 """Programs compiled for accelerators that are not here, by their real compilers (the ``aot`` extra).
 
-`cogvideox_torchax.runtime.targets` gives compile-only GPU and TPU devices; what is
+`cogvideox_torchax.platforms.accelerators` gives compile-only GPU and TPU devices; what is
 checked here is the optimized program those compilers return: its
 convolutions, their dtypes and layouts, and its memory per device.
 """
@@ -13,7 +13,8 @@ import sys
 import pytest
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.runtime import budget, hlo, targets
+from cogvideox_torchax.memory import budget
+from cogvideox_torchax.platforms import accelerators, hlo
 from tests.conftest import require_compiler
 
 _TINY = (1, 4, 3, 8, 16)  # first batch + one scan step, both upsamplers, every SpatialNorm
@@ -25,15 +26,15 @@ def tiny_bf16(tiny_upstream):
 
 
 def test_known_targets_and_their_budgets():
-    assert set(targets.TARGETS) == {"h100", "h200", "v5e-1", "v5e-8", "v6e-1", "v6e-8"}
-    assert targets.get("H200").platform == "cuda" and targets.get("v6e-8").devices == 8
+    assert set(accelerators.TARGETS) == {"h100", "h200", "v5e-1", "v5e-8", "v6e-1", "v6e-8"}
+    assert accelerators.get("H200").platform == "cuda" and accelerators.get("v6e-8").devices == 8
     # GPUs: JAX's default 75 % preallocation; TPUs: the HBM their compiler reports.
-    assert targets.get("h100").budget == int(84_942_979_072 * 0.75)
-    assert targets.get("v6e-1").budget == int(31.25 * 2**30) and targets.get("v5e-8").budget == int(15.75 * 2**30)
+    assert accelerators.get("h100").budget == int(84_942_979_072 * 0.75)
+    assert accelerators.get("v6e-1").budget == int(31.25 * 2**30) and accelerators.get("v5e-8").budget == int(15.75 * 2**30)
     with pytest.raises(ValueError, match="known targets: h100, h200"):
-        targets.get("a100")
+        accelerators.get("a100")
     with pytest.raises(ValueError, match="needs 16 devices; target v6e-8 has 8"):
-        targets.target_mesh("v6e-8", "dp=2,tp=8")
+        accelerators.target_mesh("v6e-8", "dp=2,tp=8")
 
 
 def test_h200_program_runs_cudnn_convs_with_the_bias_fused_and_bf16_activations(tiny_bf16):
@@ -60,7 +61,7 @@ def test_h200_program_runs_cudnn_convs_with_the_bias_fused_and_bf16_activations(
     assert max(c.elements for c in convs) < 2**31
     plan = tiny_bf16.memory_plan(_TINY, target="h200")
     assert plan.target == "h200" and plan.mesh == (1, 1) and plan.name == "whole"
-    assert 0 < plan.bytes <= plan.budget == budget.usable(targets.get("h200").budget)
+    assert 0 < plan.bytes <= plan.budget == budget.usable(accelerators.get("h200").budget)
     assert tiny_bf16.compiled_shapes() == []  # a target's plans are not the VAE's own
 
 

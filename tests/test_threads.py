@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.runtime.planner import key_of
-from cogvideox_torchax.runtime.programs import ProgramCache
+from cogvideox_torchax.memory.planner import key_of
+from cogvideox_torchax.vae.program_cache import ProgramCache
 
 SHAPES = [(1, 4, t, 4, 4) for t in (1, 2, 3)]  # three latent shapes, each its own program
 VIDEO = (1, 3, 1, 32, 32)  # encodes to (1, 8, 1, 4, 4)

@@ -107,7 +107,7 @@ def _interrupted_note(config: Config | None) -> str:
 def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Callable[[dict[str, Any]], None]) -> int:
     """Runs a command's configuration; returns the exit code (see `errors.EXIT_CODES`)."""
     try:
-        from cogvideox_torchax.runtime.targets import use_cpu_without_accelerators
+        from cogvideox_torchax.platforms.accelerators import use_cpu_without_accelerators
 
         use_cpu_without_accelerators()
         summary = run(config)

@@ -208,8 +208,8 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     import numpy as np
 
     from cogvideox_torchax.io import latents, outputs, video
+    from cogvideox_torchax.memory import in_use
     from cogvideox_torchax.parallel import distributed
-    from cogvideox_torchax.runtime import memory
 
     cache_dir, vae, load = stages.load_together(config.run)
     z, layout = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
@@ -247,7 +247,7 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
             vae, z.shape, program, "decoding latents of", decode_all, quiet=config.run.quiet
         )
     if config.run.memory_report:
-        memory.report("decode")
+        in_use.report("decode")
     # Every process takes part in gathering; only process 0 writes.
     if on_device_frames:
         host = distributed.to_host(decoded)
@@ -267,7 +267,7 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
                     with outputs.disk_full_named(path, one.nbytes):
                         video.write_video_to(tmp, kind, one, fps=config.fps, crf=config.crf, tick=write.tick)
         if config.run.memory_report:
-            memory.report("write")
+            in_use.report("write")
         interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
     # Moved in only once every process has come through the step.
     with agreement.together("moving the outputs in"):

@@ -29,8 +29,8 @@ def run(config: DecodeConfig) -> dict[str, Any]:
     """Decodes every input into ``config.output_dir``; returns the summary (``exit_code`` 4 if some failed)."""
     import jax
 
+    from cogvideox_torchax.memory import in_use
     from cogvideox_torchax.parallel import distributed
-    from cogvideox_torchax.runtime import memory
 
     out_dir = Path(config.output_dir)
     sources: list[str] = []
@@ -112,7 +112,7 @@ def run(config: DecodeConfig) -> dict[str, Any]:
                         bar.tick()
                         interrupts.check_interrupted()
     if config.run.memory_report:
-        memory.report("decode")
+        in_use.report("decode")
     code = errors.EXIT_SOME_FAILED if failed else errors.EXIT_OK
     return {
         "many": True,

@@ -143,7 +143,7 @@ def _read(config: EncodeConfig, quiet: bool):
 def _check_host_memory(shape: tuple[int, ...], config: EncodeConfig) -> None:
     """Refuses (exit 3) fitting a video the host has no memory for, before trying."""
     from cogvideox_torchax.io import frames
-    from cogvideox_torchax.runtime import budget
+    from cogvideox_torchax.memory import budget
 
     need, have = frames.fit_bytes(shape, size=config.size, num_frames=config.frames), budget.host_available()
     if need > have:
@@ -164,7 +164,7 @@ def _dry_run(config: EncodeConfig) -> dict[str, Any]:
 
 def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
     from cogvideox_torchax.io import latents, outputs
-    from cogvideox_torchax.runtime import memory
+    from cogvideox_torchax.memory import in_use
 
     x, info, read = _read(config, config.run.quiet)
 
@@ -203,7 +203,7 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
     else:
         z = posterior.mode()
     if config.run.memory_report:
-        memory.report("encode")
+        in_use.report("encode")
 
     scaling = float(vae.config.scaling_factor)
     out = latents.to_pipeline_latents(z.float().numpy(), scaling)
@@ -224,7 +224,7 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
                     latents.save_latents_file(staged.temps[0], out, key=LATENTS_KEY, metadata=metadata)
             write.tick()
         if config.run.memory_report:
-            memory.report("write")
+            in_use.report("write")
         interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
     # Moved in only once every process has come through the step.
     with agreement.together("moving the output in"):

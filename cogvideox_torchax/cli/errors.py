@@ -87,7 +87,7 @@ def one_line(e: BaseException) -> str:
 
 def exit_code(e: BaseException) -> int:
     """The exit code (`EXIT_CODES`) an exception ends a command with."""
-    from cogvideox_torchax.runtime.budget import MemoryBudgetError
+    from cogvideox_torchax.memory.budget import MemoryBudgetError
 
     if isinstance(e, KeyboardInterrupt):
         return getattr(e, "code", EXIT_INTERRUPTED)  # interrupts.Terminated: 143 or 129

@@ -125,13 +125,13 @@ class RunOptions:
         check_shared_cheaply(args)
         dtype = spellings.dtype_name(args.dtype)
         # This module imports JAX: after every check that needs no framework.
-        from cogvideox_torchax.runtime import memory
+        from cogvideox_torchax.memory import in_use
 
         model = ModelOptions(args.model, args.subfolder, dtype, args.mesh, args.seed, str(args.max_memory), args.target)
         joins = DistributedOptions(
             args.distributed, args.coordinator, args.num_processes, args.process_id, args.distributed_timeout
         )
-        report = args.memory_report or memory.enabled_by_env()
+        report = args.memory_report or in_use.enabled_by_env()
         return cls(model, joins, args.compile_cache, not args.no_compile_cache, report, args.dry_run, args.quiet,
                    args.json, args.debug)
 
@@ -147,7 +147,7 @@ def check_shared_cheaply(args: argparse.Namespace) -> None:
         errors.UsageError: a dtype or memory budget that cannot be, a seed or timeout out of range, a
             ``--target`` without ``--dry-run`` or unknown.
     """
-    from cogvideox_torchax.runtime import targets  # imports no framework
+    from cogvideox_torchax.platforms import accelerators  # imports no framework
 
     try:
         spellings.dtype_name(args.dtype)
@@ -163,8 +163,8 @@ def check_shared_cheaply(args: argparse.Namespace) -> None:
         if not args.dry_run:
             raise errors.UsageError("--target plans for an accelerator that is not here: it needs --dry-run")
         try:
-            targets.target_mesh(args.target, args.mesh)
-        except (ValueError, targets.TargetUnavailableError) as e:
+            accelerators.target_mesh(args.target, args.mesh)
+        except (ValueError, accelerators.TargetUnavailableError) as e:
             raise errors.UsageError(f"--target: {e}") from e
 
 
@@ -253,7 +253,7 @@ def compile_cache_from(run: RunOptions) -> Path | None:
     input; a default folder that cannot (e.g. a home that is not writable)
     is a warning, and the run goes on without the cache.
     """
-    from cogvideox_torchax.runtime import compile_cache
+    from cogvideox_torchax.vae import compile_cache
 
     if not run.use_compile_cache:
         compile_cache.disable_compile_cache()

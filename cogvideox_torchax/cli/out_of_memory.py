@@ -12,7 +12,7 @@ from cogvideox_torchax.cli import agreement, errors
 
 
 def is_out_of_memory(e: BaseException) -> bool:
-    from cogvideox_torchax.runtime.retry import is_out_of_memory
+    from cogvideox_torchax.memory.retry import is_out_of_memory
 
     return not isinstance(e, errors.UsageError) and is_out_of_memory(e)
 
@@ -38,7 +38,7 @@ def out_of_memory_as_exit_3(what: str, shape: tuple[int, ...], vae=None, kind: s
 
 
 def _out_of_memory_line(e: BaseException, what: str, shape: tuple[int, ...], vae, kind: str | None) -> str:
-    from cogvideox_torchax.runtime import budget
+    from cogvideox_torchax.memory import budget
 
     shape = tuple(int(v) for v in shape)
     where = f" ({vae.options.dtype}, mesh {dict(vae.mesh.shape)})" if vae is not None else ""
@@ -112,7 +112,7 @@ class AgreedSteps:
         return errors.EXIT_OUT_OF_MEMORY in self.codes and set(self.codes) <= {errors.EXIT_OK, errors.EXIT_OUT_OF_MEMORY}
 
     def replaced(self, failed, smaller, shape: tuple[int, ...]) -> None:
-        from cogvideox_torchax.runtime.retry import replaced_line
+        from cogvideox_torchax.memory.retry import replaced_line
 
         errors.warn_once(replaced_line(failed, smaller, shape), self.quiet)
 
@@ -124,7 +124,7 @@ def retry_out_of_memory(vae, shape: tuple[int, ...], kind: str, what: str, run: 
     more on the next smaller plan (a warning line says so) before the
     command gives up with exit code 3.
     """
-    from cogvideox_torchax.runtime.retry import retry_out_of_memory as retry
+    from cogvideox_torchax.memory.retry import retry_out_of_memory as retry
 
     return retry(vae.planner, kind, tuple(shape), run, AgreedSteps(vae, shape, kind, what, quiet=quiet))
 

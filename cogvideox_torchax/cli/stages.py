@@ -77,27 +77,28 @@ def load_stage(run: options.RunOptions):
     """The "load" stage: the model on its devices. Returns ``(vae, stage)``."""
     import jax
 
-    from cogvideox_torchax.runtime import memory
+    from cogvideox_torchax.memory import in_use
 
     with Stage("load", 1, "model", run.quiet) as stage:
         vae = options.load_model(run.model)
         jax.block_until_ready(vae.weights)
         stage.tick()
     if run.memory_report:
-        memory.report("load")
+        in_use.report("load")
     return vae, stage
 
 
 def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[int, ...], run: options.RunOptions):
     """The "compile" stage: ``compile_for(shape)``, counting cache hits. Returns ``(stage, cache_events)``."""
-    from cogvideox_torchax.runtime import compile_cache, memory
+    from cogvideox_torchax.memory import in_use
+    from cogvideox_torchax.vae import compile_cache
 
     with Stage("compile", 1, "program", run.quiet) as stage:
         with compile_cache.count_cache_events() as cache_events:
             compile_for(tuple(shape))
         stage.tick()
     if run.memory_report:
-        memory.report("compile")
+        in_use.report("compile")
     return stage, cache_events
 
 
@@ -132,9 +133,9 @@ def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> 
 
     The compile time is the plan stage's (``plan_s``).
     """
-    from cogvideox_torchax.runtime import hlo, targets
+    from cogvideox_torchax.platforms import accelerators, hlo
 
-    acc = targets.get(target)
+    acc = accelerators.get(target)
     mesh = f"dp={plan.mesh[0]},tp={plan.mesh[1]}"
     # The plan's own executable (compiled while planning; not compiled again).
     compiled = (vae.compile_encode(shape, target=target, mesh=mesh) if kind == "encode"

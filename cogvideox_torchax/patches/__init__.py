@@ -9,7 +9,7 @@ engage for torchax tensors, i.e. inside our jitted decode.
 Each family module declares its `base.Patch` records (``PATCHES``): the
 `RuntimeOptions` switch, when it does not apply, its ``apply``, and the
 compiler options it needs. `registry.patches` finds them; the run plan
-(`cogvideox_torchax.runtime.plan`) reads only that. A new patch needs no
+(`cogvideox_torchax.platforms.run_plan`) reads only that. A new patch needs no
 field in `RuntimeOptions`: users switch it by name
 (``RuntimeOptions(patches={"name": False})``). Importing this package
 patches nothing.

@@ -4,7 +4,7 @@ A patch module declares ``PATCHES``, a tuple of `Patch`: the
 `RuntimeOptions` switch it answers to, where it comes in the order of
 application, why it does not apply to a target, how it patches a module,
 and any compiler options its program needs. `cogvideox_torchax.patches.registry`
-collects them; `cogvideox_torchax.runtime.plan` reads nothing else.
+collects them; `cogvideox_torchax.platforms.run_plan` reads nothing else.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from torchax import interop  # noqa: E402  (torchax must come through the shim)
 if TYPE_CHECKING:
     from jax.sharding import Mesh
 
-    from cogvideox_torchax.runtime.plan import RunPlan, Target
+    from cogvideox_torchax.platforms.run_plan import RunPlan, Target
 
 # Why a patch does not apply to a target, given the switches applied before
 # it (None: it applies).

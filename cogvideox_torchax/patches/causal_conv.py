@@ -73,7 +73,7 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
     is never stored apart from its padded copy, and the cache is a slice of
     that copy. Compiled for an H200 (2b, (1,16,13,60,90), bf16): 6.44 vs
     6.74 GiB of temporaries, 13 vs 38 activation-sized copies; on one v6e
-    chip it is part of the TPU plan's 42.19 -> 21.33 GiB (`runtime.plan`).
+    chip it is part of the TPU plan's 42.19 -> 21.33 GiB (`platforms.run_plan`).
     """
 
     materialise_padded: bool = False
@@ -123,7 +123,7 @@ def apply_cache_first(vae: torch.nn.Module, *, materialise_padded: bool = False)
 
 def _time_taps_apply(module: CogVideoXCausalConv3d) -> bool:
     # Only the conv's structure is checked here; which backends and dtypes
-    # get time taps at all is `cogvideox_torchax.runtime.plan`'s decision.
+    # get time taps at all is `cogvideox_torchax.platforms.run_plan`'s decision.
     conv3d = module.conv
     return (
         module.pad_mode != "replicate"  # any other mode prepends the cache
@@ -144,7 +144,7 @@ class TimeTapCausalConv3d(CacheFirstCausalConv3d):
     outputs as the conv cache, instead of input frames: XLA:CPU's 2-D
     convolutions run ~1.5x faster than its 3-D one, and no padded copy of
     the input is built. The cache stays opaque to upstream's code, which
-    only hands it back to the same module. `cogvideox_torchax.runtime.plan` applies
+    only hands it back to the same module. `cogvideox_torchax.platforms.run_plan` applies
     it on the CPU in fp32 only.
 
     A barrier on ``(output, cache)`` makes both exist together: left free,

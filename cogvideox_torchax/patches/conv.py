@@ -81,7 +81,7 @@ def apply_conv_bias(vae: torch.nn.Module, policy: ConvPolicy | None = None) -> i
     """Makes every 2-D and 3-D convolution in ``vae`` run through `kernels.conv.conv` with ``policy``.
 
     The default policy adds the bias inside the fp32 accumulator (one
-    rounding), channels-first, never split; `cogvideox_torchax.runtime.plan` picks
+    rounding), channels-first, never split; `cogvideox_torchax.platforms.run_plan` picks
     one per backend. Covers `nn.Conv2d` (the upsamplers), `nn.Conv3d` and
     both kinds of `CogVideoXSafeConv3d`. Composes with `apply_safe_conv` in
     either order; calling it again sets the new policy.

@@ -12,7 +12,7 @@ Why: XLA GPU lays bf16 2-D convolutions out NHWC and 3-D ones NCDHW, so each
 resampler was an island of another layout with activation-sized transposes
 into and out of it (compiled for an H200, 2b decode at (1,16,13,60,90): 36
 activation transposes and 6 NHWC convolutions before, none after).
-`cogvideox_torchax.runtime.plan` applies it on CUDA (``resample_conv3d``).
+`cogvideox_torchax.platforms.run_plan` applies it on CUDA (``resample_conv3d``).
 
 The convolutions run through `kernels.conv.conv` with the resampler's
 ``conv`` policy (`patches.apply_conv_bias` must come first; without a

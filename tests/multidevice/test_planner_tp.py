@@ -20,7 +20,7 @@ SHAPE = (1, 4, 2, 6, 40)  # four tilings (down to 7.4 MB), then tp=8 at 7.0 MB
 @pytest.fixture
 def compile_cache(tmp_path):
     # The planning VAE compiles the probe's candidates again: from the cache, in a fraction of the time.
-    from cogvideox_torchax.runtime import compile_cache
+    from cogvideox_torchax.vae import compile_cache
 
     compile_cache.enable_compile_cache(tmp_path / "cache")
     yield

@@ -110,7 +110,7 @@ class MemoryPlan:
         mesh: ``(dp, tp)`` of a mesh with more devices than the VAE's own, or
             None for the VAE's mesh; a target's plan always names its mesh.
         target: the named accelerator the plan was compiled for
-            (`cogvideox_torchax.runtime.targets`), None for the VAE's own devices.
+            (`cogvideox_torchax.platforms.accelerators`), None for the VAE's own devices.
     """
 
     name: str

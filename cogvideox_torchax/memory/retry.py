@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import jax
 
-from cogvideox_torchax.runtime import budget
+from cogvideox_torchax.memory import budget
 
 # Set while a retry runs its steps: a retry called inside one (the VAE's own,
 # inside a command's retry around a whole stage) only runs; the outer owns it.

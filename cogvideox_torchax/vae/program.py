@@ -15,7 +15,7 @@ from jax.sharding import Mesh
 
 from cogvideox_torchax import patches
 from cogvideox_torchax._torch_compat import import_torchax
-from cogvideox_torchax.runtime.plan import RunPlan, apply_plan
+from cogvideox_torchax.platforms.run_plan import RunPlan, apply_plan
 
 torchax = import_torchax()
 from torchax import interop  # noqa: E402

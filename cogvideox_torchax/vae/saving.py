@@ -11,7 +11,7 @@ import torch
 from cogvideox_torchax.io.model_files import WEIGHTS_NAME, with_variant
 from cogvideox_torchax.io.outputs import atomic_output
 from cogvideox_torchax.parallel import distributed
-from cogvideox_torchax.runtime.programs import to_host_torch
+from cogvideox_torchax.vae.program_cache import to_host_torch
 
 
 def save_pretrained(

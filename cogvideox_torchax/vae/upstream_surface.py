@@ -252,7 +252,7 @@ class UpstreamSurface:
             ValueError: ``safe_serialization=False`` (no pickles) or a file as ``save_directory``.
             NotImplementedError: upstream's hub, sharding and custom-save options.
         """
-        from cogvideox_torchax.runtime import saving
+        from cogvideox_torchax.vae import saving
 
         unsupported = {k: v for k, v in kwargs.items() if k in ("push_to_hub", "save_function") and v}
         if unsupported:

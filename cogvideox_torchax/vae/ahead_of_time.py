@@ -13,9 +13,9 @@ from typing import Any
 
 import jax
 
-from cogvideox_torchax.runtime import budget
-from cogvideox_torchax.runtime.planner import key_of
-from cogvideox_torchax.runtime.programs import ProgramKey
+from cogvideox_torchax.memory import budget
+from cogvideox_torchax.memory.planner import key_of
+from cogvideox_torchax.vae.program_cache import ProgramKey
 
 
 class AheadOfTime:

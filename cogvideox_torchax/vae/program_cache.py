@@ -24,8 +24,8 @@ from jax.sharding import Mesh
 
 from cogvideox_torchax.config import RuntimeOptions
 from cogvideox_torchax.parallel import distributed, sharding
-from cogvideox_torchax.runtime import targets
-from cogvideox_torchax.runtime.plan import (
+from cogvideox_torchax.platforms import accelerators
+from cogvideox_torchax.platforms.run_plan import (
     RunPlan,
     Target,
     build_plan,
@@ -33,7 +33,7 @@ from cogvideox_torchax.runtime.plan import (
     compiler_options,
     mesh_platform,
 )
-from cogvideox_torchax.runtime.program import Program, tiling_switches
+from cogvideox_torchax.vae.program import Program, tiling_switches
 
 # torchax computes some index arithmetic in int64; with x64 off JAX narrows it
 # to int32 (harmless at these sizes) and warns on every trace.
@@ -56,7 +56,7 @@ class ProgramKey:
     Attributes:
         target: None for the VAE's own devices; a platform (``"cpu"``,
             ``"cuda"``, ``"rocm"``, ``"tpu"``) for a program only lowered for
-            it; or a named accelerator (`targets.TARGETS`), whose
+            it; or a named accelerator (`accelerators.TARGETS`), whose
             compile-only devices it compiles for.
         tiling: `enable_tiling` keywords as sorted items; None keeps the
             module's own switches.
@@ -76,17 +76,17 @@ class ProgramKey:
     @classmethod
     def for_target(cls, target: str, mesh: Any = None) -> ProgramKey:
         """The key of a named accelerator's program over ``mesh`` (``"dp=1,tp=8"``; default all on ``tp``)."""
-        on = targets.target_mesh(target, mesh)
-        return cls(targets.get(target).name, None, (on.shape["dp"], on.shape["tp"]))
+        on = accelerators.target_mesh(target, mesh)
+        return cls(accelerators.get(target).name, None, (on.shape["dp"], on.shape["tp"]))
 
     @property
     def tiling_kwargs(self) -> dict[str, Any] | None:
         return None if self.tiling is None else dict(self.tiling)
 
     @property
-    def accelerator(self) -> targets.Accelerator | None:
+    def accelerator(self) -> accelerators.Accelerator | None:
         """The named accelerator the key compiles for, or None."""
-        return targets.TARGETS.get(self.target) if self.target is not None else None
+        return accelerators.TARGETS.get(self.target) if self.target is not None else None
 
 
 def to_numpy(x: torch.Tensor | np.ndarray | jax.Array, np_dtype: Any) -> np.ndarray | jax.Array:
@@ -183,7 +183,7 @@ class ProgramCache:
     def mesh_of(self, key: ProgramKey) -> Mesh:
         """The mesh ``key``'s program runs over (a named accelerator's: compile-only devices)."""
         if key.accelerator is not None:
-            return targets.target_mesh(key.target, key.mesh)
+            return accelerators.target_mesh(key.target, key.mesh)
         if key.mesh is None:
             return self.mesh
         with self.lock:

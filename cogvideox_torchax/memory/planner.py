@@ -4,7 +4,7 @@
 `Planner` feeds it the candidates of a VAE (compiled on demand through its
 `ProgramCache`) and the budget (``max_memory``, or ``"auto"``: the device's
 capacity), and remembers each shape's plan. Budgets, candidates and the
-safety margin are `cogvideox_torchax.runtime.budget`'s.
+safety margin are `cogvideox_torchax.memory.budget`'s.
 
 Threads: a `Planner` plans and changes plans under its programs' lock
 (`ProgramCache.lock`), so a shape is planned once while other threads wait;
@@ -18,10 +18,11 @@ from typing import Any, NamedTuple
 
 import jax
 
+from cogvideox_torchax.memory import budget
+from cogvideox_torchax.memory.budget import Candidate, MemoryBudgetError, MemoryPlan
 from cogvideox_torchax.parallel import distributed
-from cogvideox_torchax.runtime import budget, targets
-from cogvideox_torchax.runtime.budget import Candidate, MemoryBudgetError, MemoryPlan
-from cogvideox_torchax.runtime.programs import ProgramCache, ProgramKey
+from cogvideox_torchax.platforms import accelerators
+from cogvideox_torchax.vae.program_cache import ProgramCache, ProgramKey
 
 
 class Choice(NamedTuple):
@@ -91,7 +92,7 @@ class Planner:
         overlaps = (module.tile_overlap_factor_height, module.tile_overlap_factor_width)
         tiled = list(budget.tiled_candidates(frame, scale, overlaps))
         if target is not None:  # a named accelerator: its devices, its mesh named
-            wider = budget.tp_candidates(mesh, targets.get(target).devices, first)
+            wider = budget.tp_candidates(mesh, accelerators.get(target).devices, first)
             return [Candidate(first, None, mesh, target), *(c._replace(mesh=mesh, target=target) for c in tiled),
                     *(c._replace(target=target) for c in wider)]
         # Other meshes only within one process: under jax.distributed a mesh uses every device already.
@@ -156,7 +157,7 @@ class Planner:
             kind: ``"decode"``, ``"frames"`` or ``"encode"``.
             target: plan for this named accelerator instead (as
                 `lower_decode` takes it): candidates compiled by its real
-                compiler, the budget its per-device `targets.Accelerator.budget`
+                compiler, the budget its per-device `accelerators.Accelerator.budget`
                 (or ``max_memory`` when given), wider meshes up to its devices.
             mesh: with ``target``, the mesh over its devices (``"dp=1,tp=8"``;
                 default all on ``tp``).
@@ -166,8 +167,8 @@ class Planner:
         """
         on = None
         if target is not None:
-            at = targets.target_mesh(target, mesh)
-            on = (targets.get(target).name, at.shape["dp"], at.shape["tp"])
+            at = accelerators.target_mesh(target, mesh)
+            on = (accelerators.get(target).name, at.shape["dp"], at.shape["tp"])
         key = (kind, shape) if on is None else (kind, shape, *on)
         plan = self._plans.get(key)
         if plan is not None:
@@ -175,7 +176,7 @@ class Planner:
         with self.programs.lock:  # one thread plans a shape; the others wait for its plan
             if key not in self._plans:
                 if on is not None:
-                    acc = targets.get(on[0])
+                    acc = accelerators.get(on[0])
                     limit, source = (self.max_memory, "max_memory") if self.max_memory else (acc.budget, acc.name)
                 else:
                     limit, source = self.budget()

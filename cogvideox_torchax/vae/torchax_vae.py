@@ -1,0 +1,358 @@
+"""`TorchaxVAE`: the patched upstream VAE, encoding and decoding as jits over a mesh.
+
+A facade: the programs and weight copies are a `ProgramCache`'s, the memory
+plans a `Planner`'s, upstream's calling conventions `UpstreamSurface`'s.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+from diffusers import AutoencoderKLCogVideoX
+from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDistribution
+from diffusers.models.modeling_outputs import AutoencoderKLOutput
+
+# diffusers' pipeline loader looks the base class up by this name in the
+# module a model_index.json names: folders saved before the VAE reported
+# upstream's class name this module.
+from diffusers.models.modeling_utils import ModelMixin
+from jax.sharding import Mesh
+
+from cogvideox_torchax.config import RuntimeOptions, canonical_dtype
+from cogvideox_torchax.memory import budget
+from cogvideox_torchax.memory.planner import Planner
+from cogvideox_torchax.memory.retry import retry_out_of_memory
+from cogvideox_torchax.parallel import sharding
+from cogvideox_torchax.platforms.run_plan import RunPlan, compiler_options
+from cogvideox_torchax.vae.ahead_of_time import AheadOfTime
+from cogvideox_torchax.vae.program_cache import ProgramCache, to_host_torch, to_numpy
+from cogvideox_torchax.vae.upstream_surface import (
+    INFERENCE_SURFACE,
+    UnsupportedAttributeError,
+    UpstreamSurface,
+    refuse_other_module_attributes,
+)
+
+__all__ = ["INFERENCE_SURFACE", "TorchaxVAE", "UnsupportedAttributeError", "to_host_torch"]
+
+# The VAE and planner a running decode or encode started with (per thread):
+# every batch element of a sliced call, and its retry, use that planner, so
+# a `to(dtype)` meanwhile does not mix dtypes within one call.
+_CALL: contextvars.ContextVar[tuple[Any, Planner] | None] = contextvars.ContextVar("torchax_vae_call", default=None)
+
+
+def _check_5d(shape: tuple[int, ...], what: str, layout: str, channels: int) -> None:
+    if len(shape) != 5:
+        raise ValueError(f"{what} must be {layout}, got shape {tuple(shape)}")
+    if shape[1] != channels:
+        raise ValueError(f"{what} must have {channels} channels (dim 1), got shape {tuple(shape)}")
+    if min(shape) < 1:
+        raise ValueError(f"{what} shape {tuple(shape)} has an empty dimension")
+
+
+@refuse_other_module_attributes
+class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
+    """Upstream `AutoencoderKLCogVideoX`, patched, run by torchax under `jax.jit`.
+
+    Build it with `cogvideox_torchax.from_pretrained` or `cogvideox_torchax.wrap`.
+    Weights live on the mesh's devices as JAX arrays and are passed to the jitted
+    encode and decode as arguments, so one compiled program serves any weights of
+    the same config, and one program is compiled per input shape.
+
+    It stands in for the upstream module wherever inference code uses one
+    (e.g. ``pipe.vae`` of diffusers' CogVideoX pipelines): `decode`, `encode`,
+    `forward` (also by calling it), `enable_tiling` / `disable_tiling`,
+    `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device`, `to`
+    and `save_pretrained`. Any other upstream attribute (training, hooks, submodules)
+    raises `UnsupportedAttributeError` instead of running eager torch.
+
+    It is a diffusers `ModelMixin` (so a ``torch.nn.Module``) without torch
+    parameters or submodules, so that pipelines treat it as a component:
+    ``pipe.to(dtype)`` converts it (`to`) and ``pipe.save_pretrained`` saves
+    it (`save_pretrained`) as upstream's: the saved pipeline loads with
+    upstream's VAE, which `wrap` takes again.
+    Module methods that would act on torch parameters (``state_dict``,
+    hooks, ``parameters``...) are refused as upstream attributes are.
+
+    Lowering, compiling, memory plans and the compiled programs kept are
+    `AheadOfTime`'s methods.
+
+    Threads: one VAE may be shared by several threads. `decode`, `encode`,
+    their ``_jax`` forms, `decode_frames_jax`, `memory_plan`, ``compile_*``,
+    ``lower_*``, `to` and the tiling and slicing switches may be called at
+    once. A shape is planned and compiled once, by the first thread that
+    needs it, while the others wait for it; shapes already compiled run
+    concurrently. Results equal single-threaded ones. A call that fails (a
+    compile error, out of memory, an interrupt) leaves nothing half-built:
+    the next call of that shape builds it anew. A decode or encode that
+    overlaps ``to(dtype)`` runs wholly in the dtype it started with (with
+    `enable_tiling` meanwhile, each element of a sliced batch may see
+    either setting). Tracing holds one process-wide lock, so the VAEs of
+    one process compile one at a time (and still run at once).
+
+    Processes: nothing of a VAE is shared between processes; build one in
+    each. They may share JAX's persistent compilation cache
+    (`cogvideox_torchax.vae.compile_cache`) and a saved model folder.
+    Under jax.distributed every process makes the same calls in the same
+    order (they are collectives): drive the VAE from one thread per process.
+
+    Attributes:
+        programs: the `ProgramCache` (programs by target, tiling and mesh).
+        planner: the `Planner` (each shape's `MemoryPlan`).
+    """
+
+    def __init__(
+        self,
+        module: AutoencoderKLCogVideoX,
+        state_dict: Mapping[str, torch.Tensor],
+        options: RuntimeOptions,
+        mesh: Mesh,
+        max_memory: str | int | None = "auto",
+    ):
+        """Takes ownership of ``module`` (patched in place) and ``state_dict``.
+
+        ``module`` may live on the meta device: only its structure is used.
+        Prefer `from_pretrained` or `wrap`, which check the state dict first.
+        ``max_memory`` is as `memory_plan` takes it.
+        """
+        max_memory = budget.parse_memory(max_memory)  # refused before anything is built
+        ModelMixin.__init__(self)
+        self.programs = ProgramCache(module, state_dict, options, mesh)
+        self.planner = Planner(self.programs, max_memory)
+        # With `__class__` below: the library diffusers records for the component.
+        self.__dict__["__module__"] = AutoencoderKLCogVideoX.__module__
+
+    # diffusers names a pipeline's component in model_index.json after its
+    # ``__class__`` and ``__module__`` (and saves it by the base class that one has): as
+    # upstream's, a saved pipeline names upstream's VAE and loads anywhere
+    # diffusers does, with or without this package, and `wrap` takes that VAE
+    # again. ``type(vae)`` stays ours; ``isinstance(vae,
+    # AutoencoderKLCogVideoX)`` holds, as for the stand-in it is (the way
+    # `unittest.mock`'s specced mocks pass ``isinstance``).
+    @property
+    def __class__(self) -> type:
+        return AutoencoderKLCogVideoX
+
+    def __dir__(self) -> list[str]:
+        # torch's and object's __dir__ read ``__class__``: list our own API.
+        return sorted(set(dir(type(self))) | set(self.__dict__))
+
+    # -- what runs ----------------------------------------------------------
+
+    @property
+    def plan(self) -> RunPlan:
+        """What runs on the mesh's platform: patches, convolution layout and policy (`cogvideox_torchax.platforms.run_plan`)."""
+        return self.programs.own.plan
+
+    def plan_for(self, platform: str) -> RunPlan:
+        """What would run if this VAE's program were built for ``platform`` (``"cpu"``, ``"cuda"``, ``"tpu"``)."""
+        return self.programs.program(self.programs.platform_key(platform)).plan
+
+    @property
+    def platform(self) -> str:
+        """The platform the mesh's devices are (``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"tpu"``)."""
+        return self.plan.target.platform
+
+    @property
+    def compiler_options(self) -> dict[str, str] | None:
+        """XLA options `compile_decode` and `compile_encode` pass; use them to compile a `lower_*` result yourself."""
+        return compiler_options(self.plan)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of the weights, of decoded samples and of encoder moments."""
+        return self.options.torch_dtype
+
+    @property
+    def options(self) -> RuntimeOptions:
+        return self.programs.options
+
+    def _set_dtype(self, dtype: str | torch.dtype) -> None:
+        # `to`'s dtype change: the weights converted once, every plan and
+        # program dropped (each depends on the dtype).
+        # Under the lock every cache of this VAE shares: no plan, compile or
+        # other `to` is half-way meanwhile.
+        with self.programs.lock:
+            options = dataclasses.replace(self.options, dtype=canonical_dtype(dtype))
+            if options == self.options:
+                return
+            planner = Planner(self.programs.converted(options), self.planner.max_memory)
+            # A call reads ``planner`` once and uses its ``programs``: it sees either dtype, whole.
+            self.programs, self.planner = planner.programs, planner
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike,
+        subfolder: str | None = None,
+        torch_dtype: torch.dtype | None = None,
+        variant: str | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> TorchaxVAE:
+        """Loads a VAE folder as diffusers' pipeline loader calls it (a saved pipeline naming this class).
+
+        ``torch_dtype`` (or ``dtype``, its newer name) None keeps the dtype
+        the weights were saved in.
+        Prefer `cogvideox_torchax.from_pretrained`, which also takes a mesh
+        and options.
+
+        Raises:
+            NotImplementedError: diffusers' device maps, offloading,
+                quantization or non-safetensors loading.
+        """
+        from cogvideox_torchax import loading
+
+        if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
+            raise ValueError(f"dtype={dtype} and torch_dtype={torch_dtype} disagree")
+        chosen = dtype if dtype is not None else torch_dtype
+        return loading.from_diffusers_loader(pretrained_model_name_or_path, subfolder, chosen, variant, kwargs)
+
+    @property
+    def mesh(self) -> Mesh:
+        return self.programs.mesh
+
+    @property
+    def module(self) -> AutoencoderKLCogVideoX:
+        """The patched upstream module of the mesh's platform (structure only; weights are `weights`)."""
+        return self.programs.own.module
+
+    @property
+    def weights(self) -> dict[str, jax.Array]:
+        """The state dict as JAX arrays on the mesh, in `dtype`."""
+        return self.programs.weights
+
+    # -- running ------------------------------------------------------------
+
+    def check_latents(self, shape: tuple[int, ...]) -> None:
+        """Raises ValueError unless ``shape`` is a decodable (B, C, T, H, W)."""
+        _check_5d(shape, "latents", "(B, C, T, H, W)", self.config.latent_channels)
+
+    def check_video(self, shape: tuple[int, ...]) -> None:
+        """Raises ValueError unless ``shape`` is an encodable (B, C, F, H, W) video.
+
+        Any frame count and size are accepted, as upstream accepts them; the
+        counts ``8 k + 1`` (1, 9, ..., 49) and sizes divisible by 8 decode
+        back to the same frame count and size.
+        """
+        _check_5d(shape, "video", "(B, C, F, H, W)", self.config.in_channels)
+
+    def prepare(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.stages.Compiled, tuple]:
+        """The planned executable of ``kind`` for ``x`` and its arguments (the weights and ``x`` on the plan's mesh).
+
+        ``kind``: ``"decode"``, ``"frames"`` (`decode_frames_jax`) or ``"encode"``.
+        A shape already compiled is found without waiting for another
+        thread's compile; the executable runs outside any lock.
+        """
+        shape = tuple(x.shape)
+        (self.check_video if kind == "encode" else self.check_latents)(shape)
+        planner = self._call_planner()  # one VAE state throughout, whatever `to` does meanwhile
+        executable, weights, mesh = planner.executable(kind, shape)
+        arr = to_numpy(x, np.dtype(planner.programs.options.jax_dtype))
+        return executable, (weights, sharding.place(arr, sharding.input_sharding(arr.shape, mesh)))
+
+    def _call_planner(self) -> Planner:
+        # The planner of the call this thread is running on this VAE, else the current one.
+        call = _CALL.get()
+        return call[1] if call is not None and call[0] is self else self.planner
+
+    def _execute(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
+        def run() -> Any:
+            executable, args = self.prepare(kind, x)
+            return executable(*args)
+
+        return retry_out_of_memory(self._call_planner(), kind, tuple(x.shape), run)
+
+    def _run(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
+        # With slicing on (upstream's enable_slicing), one batch element at a
+        # time: one executable for batch 1, results joined on device. Each
+        # part is placed anew, as a compiled program takes only the argument
+        # sharding it was compiled for.
+        token = _CALL.set((self, self.planner))
+        try:
+            if not self.use_slicing or x.shape[0] == 1:
+                return self._execute(kind, x)
+            parts = [self._execute(kind, x[i : i + 1]) for i in range(x.shape[0])]
+        finally:
+            _CALL.reset(token)
+        if kind == "frames":
+            return tuple(jax.numpy.concatenate(p, axis=0) for p in zip(*parts, strict=True))
+        return jax.numpy.concatenate(parts, axis=0)
+
+    def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+        """Decodes latents ``(B, C, T, H, W)`` (divided by the scaling factor, as upstream takes them) on device.
+
+        Returns the video ``(B, 3, F, 8H, 8W)`` in `dtype` as a JAX array,
+        unclamped as upstream; ``F`` is 1 for ``T = 1``, ``4 T`` for even
+        ``T`` and ``4 T - 3`` for odd ``T > 1`` (13 latent frames give 49).
+        """
+        self.check_latents(tuple(z.shape))
+        return self._run("decode", z)
+
+    def decode_frames_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Decodes straight to uint8 frames ``(B, F, 8H, 8W, 3)`` on device, and per video whether it was finite.
+
+        The [-1, 1] -> uint8 mapping of diffusers' video processor runs in the
+        jitted program, so what leaves the device is a quarter (fp32) or half
+        (bf16) of the decoder's output. A video whose decoder output held NaN
+        or Inf (``finite`` False) has garbage frames.
+        """
+        self.check_latents(tuple(z.shape))
+        return self._run("frames", z)
+
+    def decode(
+        self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
+    ) -> DecoderOutput | tuple[torch.Tensor]:
+        """Drop-in for upstream ``vae.decode(z)``: the video as a torch tensor in `dtype`.
+
+        Equal to upstream's ``vae.decode(z).sample``, on ``z``'s device for a
+        torch ``z`` (else on `device`, the CPU by default); ``return_dict``
+        as upstream (a `DecoderOutput` or a 1-tuple).
+        """
+        sample = to_host_torch(self.decode_jax(z)).to(z.device if isinstance(z, torch.Tensor) else self.device)
+        return DecoderOutput(sample=sample) if return_dict else (sample,)
+
+    def encode_jax(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+        """Encodes a video ``(B, 3, F, H, W)`` in [-1, 1] on device; returns the moments as a JAX array.
+
+        ``(B, 2 C, T, H', W')`` in `dtype`: the posterior's mean then its
+        (unclamped) log-variance along dim 1, as upstream's ``_encode``
+        returns them. With slicing enabled, one batch element at a time.
+        """
+        self.check_video(tuple(x.shape))
+        return self._run("encode", x)
+
+    def encode(
+        self, x: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
+    ) -> AutoencoderKLOutput | tuple[DiagonalGaussianDistribution]:
+        """Drop-in for upstream ``vae.encode(x)`` of a video ``(B, 3, F, H, W)`` in [-1, 1].
+
+        Returns upstream's own `DiagonalGaussianDistribution` (as
+        ``.latent_dist``) over the moments, built on the host in torch on
+        ``x``'s device (else on `device`): ``.mode()``, ``.mean``, ``.logvar``,
+        ``.std`` and ``.sample(generator=...)`` behave exactly as upstream's.
+        """
+        posterior = self.latent_dist(self.encode_jax(x), device=x.device if isinstance(x, torch.Tensor) else None)
+        return AutoencoderKLOutput(latent_dist=posterior) if return_dict else (posterior,)
+
+    def latent_dist(self, moments: jax.Array, device: torch.device | str | None = None) -> DiagonalGaussianDistribution:
+        """Upstream's `DiagonalGaussianDistribution` over `encode_jax`'s moments, on ``device`` (default `device`).
+
+        Under jax.distributed every process must call it (the moments are
+        gathered from every process).
+        """
+        return DiagonalGaussianDistribution(to_host_torch(moments).to(self.device if device is None else device))
+
+    def __repr__(self) -> str:
+        mesh = ",".join(f"{k}={v}" for k, v in self.mesh.shape.items())
+        return (
+            f"TorchaxVAE(dtype={self.options.dtype}, mesh={mesh}, latent_channels={self.config.latent_channels}, "
+            f"plan={self.plan})"
+        )
