@@ -29,14 +29,15 @@ _EXPORTS = {
     "MemoryBudgetError": "cogvideox_torchax.memory.budget",
     "MemoryPlan": "cogvideox_torchax.memory.budget",
     "PRESETS": "cogvideox_torchax.config",
-    "RuntimeOptions": "cogvideox_torchax.config",
+    "RuntimeOptions": "cogvideox_torchax.options",
     "ModelLoadError": "cogvideox_torchax.loading",
     "build": "cogvideox_torchax.loading",
     "from_pretrained": "cogvideox_torchax.loading",
     "random_upstream": "cogvideox_torchax.loading",
     "wrap": "cogvideox_torchax.loading",
     "make_mesh": "cogvideox_torchax.parallel.sharding",
-    "TorchaxVAE": "cogvideox_torchax.vae.torchax_vae",
+    # Through loading, which also imports the path saved pipelines name it by.
+    "TorchaxVAE": "cogvideox_torchax.loading",
     "UnsupportedAttributeError": "cogvideox_torchax.vae.torchax_vae",
 }
 
@@ -56,9 +57,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from cogvideox_torchax.config import PRESETS, RuntimeOptions
+    from cogvideox_torchax.config import PRESETS
     from cogvideox_torchax.loading import ModelLoadError, build, from_pretrained, random_upstream, wrap
     from cogvideox_torchax.memory.budget import MemoryBudgetError, MemoryPlan
+    from cogvideox_torchax.options import RuntimeOptions
     from cogvideox_torchax.parallel.sharding import make_mesh
     from cogvideox_torchax.vae.torchax_vae import TorchaxVAE, UnsupportedAttributeError
 

@@ -16,28 +16,20 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from jax.sharding import Mesh
 
-from cogvideox_torchax.config import RuntimeOptions, preset_config
+# The module path earlier versions wrote into saved pipelines' model_index.json:
+# diffusers loads a component only from a module already imported.
+import cogvideox_torchax.runtime.vae  # noqa: F401
+from cogvideox_torchax.config import preset_config
 from cogvideox_torchax.io.model_files import (
-    ModelLoadError,
-    check_config,
-    check_finite_weights,
-    check_state_dict,
+    checked_module,
     read_config,
     read_state_dict,
     resolve_model_dir,
 )
 from cogvideox_torchax.memory import budget
+from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel.sharding import make_mesh
 from cogvideox_torchax.vae.torchax_vae import TorchaxVAE
-
-
-def _meta_module(config: Mapping[str, Any]) -> AutoencoderKLCogVideoX:
-    check_config(config)
-    try:
-        with torch.device("meta"):
-            return AutoencoderKLCogVideoX.from_config(dict(config))
-    except (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError, RuntimeError) as e:
-        raise ModelLoadError(f"config does not build an AutoencoderKLCogVideoX: {e}") from e
 
 
 def _options(dtype: str | torch.dtype, options: RuntimeOptions | None) -> RuntimeOptions:
@@ -61,10 +53,7 @@ def build(
     opts = _options(dtype, options)
     budget.parse_memory(max_memory)  # refused before the weights are read
     device_mesh = make_mesh(mesh)
-    module = _meta_module(config)
-    check_state_dict(module, state_dict)
-    check_finite_weights(state_dict)
-    return TorchaxVAE(module, state_dict, opts, device_mesh, max_memory=max_memory)
+    return TorchaxVAE(checked_module(config, state_dict), state_dict, opts, device_mesh, max_memory=max_memory)
 
 
 def from_pretrained(
@@ -107,46 +96,6 @@ def from_pretrained(
     config = read_config(folder)
     budget.parse_memory(max_memory)
     return build(config, read_state_dict(folder), dtype=dtype, mesh=mesh, options=options, max_memory=max_memory)
-
-
-# What diffusers' pipeline loader may pass a component's from_pretrained
-# beyond the dtype and variant: the values that ask for nothing this loader
-# does not do anyway (the others ask for device maps, offloading,
-# quantization or pickles, and are refused).
-_LOADER_NO_OPS = {
-    "device_map": (None,),
-    "max_memory": (None,),
-    "offload_folder": (None,),
-    "quantization_config": (None,),
-    "use_flashpack": (False,),
-    "use_safetensors": (None, True),
-    "low_cpu_mem_usage": (None, True, False),
-    "disable_mmap": (None, True, False),
-    "offload_state_dict": (None, True, False),
-}
-
-
-def from_diffusers_loader(
-    path: str | os.PathLike,
-    subfolder: str | None,
-    torch_dtype: torch.dtype | None,
-    variant: str | None,
-    kwargs: Mapping[str, Any],
-) -> TorchaxVAE:
-    """`TorchaxVAE.from_pretrained` as diffusers' pipeline loader calls it; no ``torch_dtype``: the saved dtype."""
-    asked = sorted(k for k, v in kwargs.items() if not any(v is ok for ok in _LOADER_NO_OPS.get(k, ())))
-    if asked:
-        raise NotImplementedError(
-            f"TorchaxVAE.from_pretrained does not take {', '.join(asked)}: it loads safetensors onto the "
-            "JAX devices itself"
-        )
-    folder = resolve_model_dir(path, subfolder)
-    config = read_config(folder)
-    state_dict = read_state_dict(folder, variant)
-    if torch_dtype is None:
-        dtypes = {t.dtype for t in state_dict.values()}
-        torch_dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
-    return build(config, state_dict, dtype=torch_dtype)
 
 
 def wrap(

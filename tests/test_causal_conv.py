@@ -12,7 +12,8 @@ from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCaus
 
 import cogvideox_torchax as ct
 from cogvideox_torchax import patches
-from cogvideox_torchax.platforms.run_plan import Target, build_plan
+from cogvideox_torchax.platforms.build import build_plan
+from cogvideox_torchax.platforms.run_plan import Placement
 from tests.conftest import seeded_latents, upstream_decode
 from tests.parity import assert_close
 
@@ -146,7 +147,7 @@ def test_three_d_path_still_matches_upstream(tiny_upstream):
 def test_options_need_cache_first():
     with pytest.raises(ValueError, match="cache_first"):
         ct.RuntimeOptions(cache_first=False, time_tap_conv=True)
-    plan = build_plan(ct.RuntimeOptions(cache_first=False), Target("cpu", "float32"))
+    plan = build_plan(ct.RuntimeOptions(cache_first=False), Placement("cpu", "float32"))
     assert dict(plan.skipped)["time_tap_conv"] == "needs cache_first"
 
 

@@ -102,7 +102,7 @@ def test_tiny_fp16_psnr(seed):
     upstream = ct.random_upstream("tiny", seed=seed).to(torch.float16)
     theirs = upstream_decode(upstream, z.half())
     vae = ct.wrap(upstream, mesh="dp=1,tp=1")
-    assert vae.dtype == torch.float16 and vae.plan.target.dtype == "float16"
+    assert vae.dtype == torch.float16 and vae.plan.placement.dtype == "float16"
     ours = vae.decode(z.half()).sample
     assert ours.dtype == torch.float16 and torch.isfinite(ours).all()
     ours_db, theirs_db = psnr(ours, reference), psnr(theirs, reference)

@@ -118,7 +118,7 @@ def test_pipeline_dtype_moves_reach_the_wrapped_vae():
     fp32 = _frames(pipe)
     pipe.to(torch.bfloat16)
     assert pipe.vae.dtype == torch.bfloat16 and pipe.transformer.dtype == torch.bfloat16
-    assert pipe.vae.plan.target.dtype == "bfloat16"  # programs re-planned for the new dtype
+    assert pipe.vae.plan.placement.dtype == "bfloat16"  # programs re-planned for the new dtype
     pipe.to("cpu", torch.float32)
     assert pipe.vae.dtype == torch.float32 and pipe.vae.device == torch.device("cpu")
     pipe.to(dtype=torch.bfloat16)
@@ -205,7 +205,7 @@ def test_the_model_cards_float16_setup_works_after_wrapping():
     fp32 = _frames(tiny_pipeline(CogVideoXPipeline, 4))
     pipe = tiny_pipeline(CogVideoXPipeline, 4).to(torch.float16)
     pipe.vae = ct.wrap(pipe.vae, mesh="dp=1,tp=1")
-    assert pipe.vae.dtype == torch.float16 and pipe.vae.plan.target.dtype == "float16"
+    assert pipe.vae.dtype == torch.float16 and pipe.vae.plan.placement.dtype == "float16"
     pipe.vae.enable_tiling()
     pipe.vae.enable_slicing()
     fp16 = _frames(pipe)

@@ -22,7 +22,7 @@ from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.cli.stages import Stage
 
 if TYPE_CHECKING:
-    from cogvideox_torchax.cli.decode import DecodeConfig
+    from cogvideox_torchax.cli.decode_config import DecodeConfig
 
 
 def run(config: DecodeConfig) -> dict[str, Any]:

@@ -283,3 +283,52 @@ def check_finite_weights(state_dict: Mapping[str, torch.Tensor]) -> None:
     for key, tensor in state_dict.items():
         if tensor.is_floating_point() and not tensor.is_meta and not bool(torch.isfinite(tensor).all()):
             raise ModelLoadError(f"weight {key!r} holds NaN or Inf")
+
+
+def checked_module(config: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor]) -> AutoencoderKLCogVideoX:
+    """The upstream module of ``config`` on the meta device (no init, no memory), ``state_dict`` checked against it.
+
+    Raises:
+        ModelLoadError: a config the architecture cannot use; a missing,
+            unexpected, mis-shaped, non-float or non-finite weight (named).
+    """
+    check_config(config)
+    try:
+        with torch.device("meta"):
+            module = AutoencoderKLCogVideoX.from_config(dict(config))
+    except (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError, RuntimeError) as e:
+        raise ModelLoadError(f"config does not build an AutoencoderKLCogVideoX: {e}") from e
+    check_state_dict(module, state_dict)
+    check_finite_weights(state_dict)
+    return module
+
+
+# What diffusers' pipeline loader may pass a component's from_pretrained
+# beyond the dtype and variant: the values that ask for nothing this loader
+# does not do anyway (the others ask for device maps, offloading,
+# quantization or pickles, and are refused).
+_LOADER_NO_OPS = {
+    "device_map": (None,),
+    "max_memory": (None,),
+    "offload_folder": (None,),
+    "quantization_config": (None,),
+    "use_flashpack": (False,),
+    "use_safetensors": (None, True),
+    "low_cpu_mem_usage": (None, True, False),
+    "disable_mmap": (None, True, False),
+    "offload_state_dict": (None, True, False),
+}
+
+
+def check_loader_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Refuses what diffusers' pipeline loader may pass that this loader does not do.
+
+    Raises:
+        NotImplementedError: naming each such argument.
+    """
+    asked = sorted(k for k, v in kwargs.items() if not any(v is ok for ok in _LOADER_NO_OPS.get(k, ())))
+    if asked:
+        raise NotImplementedError(
+            f"TorchaxVAE.from_pretrained does not take {', '.join(asked)}: it loads safetensors onto the "
+            "JAX devices itself"
+        )

@@ -7,34 +7,18 @@ upstream when called eagerly with ordinary torch tensors; the JAX paths only
 engage for torchax tensors, i.e. inside our jitted decode.
 
 Each family module declares its `base.Patch` records (``PATCHES``): the
-`RuntimeOptions` switch, when it does not apply, its ``apply``, and the
-compiler options it needs. `registry.patches` finds them; the run plan
-(`cogvideox_torchax.platforms.run_plan`) reads only that. A new patch needs no
-field in `RuntimeOptions`: users switch it by name
-(``RuntimeOptions(patches={"name": False})``). Importing this package
+switch (a keyword of `RuntimeOptions`) and its documentation, its stage and
+what it follows, when it does not apply, its ``apply``, and the compiler
+options it needs. `registry.patches` finds them and derives the order; the
+run plan (`cogvideox_torchax.platforms.build`) reads only that, and the
+handbook's list of switches is generated from it. Importing this package
 patches nothing.
-
-==========================  ===================================================
-module                      switches
-==========================  ===================================================
-`leaf_ops`                  ``group_norm``, ``silu``
-`conv`                      ``conv_bias``, ``chunk_free_conv``
-`upsample`                  ``nearest_upsample`` (an op override while tracing)
-`causal_conv`               ``trim_conv_cache``, ``cache_first``, ``time_tap_conv``
-`resample`                  ``resample_conv3d``
-`spatial_norm`              ``low_res_spatial_norm``
-`time_chunks`               ``time_chunks``
-`frame_scan`                ``frame_scan``
-`tiling`                    ``tile_batching``
-`width_sharding`            ``shard_activations``
-==========================  ===================================================
 """
 
 from __future__ import annotations
 
 from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax
 from cogvideox_torchax.patches.causal_conv import (
-    KEEP_BARRIERS_COMPILER_OPTIONS,
     CacheFirstCausalConv3d,
     CachelessCausalConv3d,
     TimeTapCausalConv3d,
@@ -60,6 +44,7 @@ from cogvideox_torchax.patches.tiling import apply_tile_batching
 from cogvideox_torchax.patches.time_chunks import TimeChunkedResnetBlock3D, apply_time_chunks
 from cogvideox_torchax.patches.upsample import traced_environment
 from cogvideox_torchax.patches.width_sharding import ShardedOutputMixin, apply_width_sharding
+from cogvideox_torchax.platforms.profiles import KEEP_BARRIERS_COMPILER_OPTIONS
 
 __all__ = [
     "KEEP_BARRIERS_COMPILER_OPTIONS",

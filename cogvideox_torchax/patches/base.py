@@ -1,10 +1,11 @@
 """What every patch shares: the `Patch` record the plan reads, and the ways a patch changes a module.
 
-A patch module declares ``PATCHES``, a tuple of `Patch`: the
-`RuntimeOptions` switch it answers to, where it comes in the order of
-application, why it does not apply to a target, how it patches a module,
-and any compiler options its program needs. `cogvideox_torchax.patches.registry`
-collects them; `cogvideox_torchax.platforms.run_plan` reads nothing else.
+A patch module declares ``PATCHES``, a tuple of `Patch`: the switch it
+answers to (a keyword of `RuntimeOptions`) and its documentation, the stage
+it belongs to and what it must follow, why it does not apply to a
+placement, how it patches a module, and any compiler options its program
+needs. `cogvideox_torchax.patches.registry` collects them and derives the
+order; `cogvideox_torchax.platforms.build` reads nothing else.
 """
 
 from __future__ import annotations
@@ -24,18 +25,30 @@ from torchax import interop  # noqa: E402  (torchax must come through the shim)
 if TYPE_CHECKING:
     from jax.sharding import Mesh
 
-    from cogvideox_torchax.platforms.run_plan import RunPlan, Target
+    from cogvideox_torchax.platforms.run_plan import Placement, RunPlan
 
-# Why a patch does not apply to a target, given the switches applied before
-# it (None: it applies).
-WhyNot = Callable[["Target", frozenset[str]], "str | None"]
+# The stages of application, in order: each names how its patches change a
+# module. Within a stage the order follows ``requires`` and ``after``, then
+# the switches' names. Class swaps match exact classes, so every swap
+# (ops, layers, blocks) comes before the mixins (loops, sharding).
+STAGES = (
+    "ops",  # leaf operations: norms, activations, convolutions, resizes
+    "layers",  # causal convolutions, resamplers, spatial norms
+    "blocks",  # resnet blocks
+    "loops",  # mixins on the encoder, decoder and VAE: frame batches, tiles
+    "sharding",  # mixins placing sharding constraints on outputs
+)
+
+# Why a patch does not apply to a placement, given the switches applied
+# before it (None: it applies).
+WhyNot = Callable[["Placement", frozenset[str]], "str | None"]
 
 
-def _always(target: Target, applied: frozenset[str]) -> str | None:
+def _always(placement: Placement, applied: frozenset[str]) -> str | None:
     return None
 
 
-def _no_options(target: Target) -> dict[str, str] | None:
+def _no_options(placement: Placement) -> dict[str, str] | None:
     return None
 
 
@@ -44,31 +57,36 @@ class Patch:
     """One optimisation: a `RuntimeOptions` switch and what it does.
 
     Attributes:
-        option: the switch's name (on, off, or auto: where ``why_not``
-            says nothing): a `RuntimeOptions` field, or for a patch without
-            one, a key of ``RuntimeOptions.patches``.
-        order: place in the order of application (lower first).
+        switch: the switch's name, a keyword of `RuntimeOptions` (on, off,
+            or auto: where it applies).
+        stage: one of `STAGES`.
+        doc: what the switch does, for the options' documentation (the
+            handbook's switches page is generated from it).
         apply: patches a module in place for a plan over a mesh; None for a
             patch that acts while tracing (`traced_environment`).
-        why_not: why it does not apply to a target, or None.
-        compiler_options: XLA options the target's program needs with it.
+        requires: switches that must be applied before it (it does not
+            apply without them; setting it True with one of them False is
+            an error).
+        after: switches that, where applied, come before it.
+        why_not: why it does not apply to a placement, beyond the platform
+            profile's ``skips`` and ``requires``; None when it applies.
+        compiler_options: XLA options the placement's program needs with it.
     """
 
-    option: str
-    order: int
+    switch: str
+    stage: str
+    doc: str
     apply: Callable[[torch.nn.Module, RunPlan, Mesh], Any] | None
+    requires: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
     why_not: WhyNot = _always
-    compiler_options: Callable[[Target], dict[str, str] | None] = _no_options
+    compiler_options: Callable[[Placement], dict[str, str] | None] = _no_options
 
-
-def requires(*names: str) -> WhyNot:
-    """A `Patch.why_not` for a patch that needs the switches ``names`` applied before it."""
-
-    def why_not(target: Target, applied: frozenset[str]) -> str | None:
-        missing = [n for n in names if n not in applied]
-        return f"needs {', '.join(missing)}" if missing else None
-
-    return why_not
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"patch {self.switch!r}: stage must be one of {STAGES}, got {self.stage!r}")
+        if not self.switch.isidentifier():
+            raise ValueError(f"patch switch {self.switch!r} is not a Python identifier (it is a keyword argument)")
 
 
 def is_torchax(x: Any) -> bool:

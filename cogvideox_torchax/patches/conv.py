@@ -104,14 +104,26 @@ def apply_conv_bias(vae: torch.nn.Module, policy: ConvPolicy | None = None) -> i
     return count
 
 
-def _chunk_free_why_not(target, applied: frozenset[str]) -> str | None:
-    if target.is_gpu and "conv_bias" not in applied:
+def _chunk_free_why_not(placement, applied: frozenset[str]) -> str | None:
+    if placement.profile.gpu and "conv_bias" not in applied:
         return "on a GPU, upstream's chunking is the only guard against 2^31-element convolutions without conv_bias"
     return None
 
 
-# conv_bias before chunk_free_conv: the latter's condition reads the former.
 PATCHES = (
-    Patch("conv_bias", 30, lambda m, plan, mesh: apply_conv_bias(m, plan.conv)),
-    Patch("chunk_free_conv", 40, lambda m, plan, mesh: apply_safe_conv(m), _chunk_free_why_not),
+    Patch(
+        "conv_bias", "ops",
+        "Run every convolution through `kernels.conv` with the platform's `kernels.conv.ConvPolicy` (layout, "
+        "bias rounding, splitting of convolutions too large for cuDNN); False keeps torchax's lowering.",
+        lambda m, plan, mesh: apply_conv_bias(m, plan.conv),
+    ),
+    Patch(
+        "chunk_free_conv", "ops",
+        "Run `CogVideoXSafeConv3d` as one convolution instead of upstream's memory-size chunking. On a GPU only "
+        "together with ``conv_bias``, whose kernel splits what cuDNN cannot take.",
+        lambda m, plan, mesh: apply_safe_conv(m),
+        # Its condition reads whether conv_bias was applied.
+        after=("conv_bias",),
+        why_not=_chunk_free_why_not,
+    ),
 )

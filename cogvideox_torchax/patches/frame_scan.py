@@ -22,7 +22,7 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax, requires, torchax
+from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax, torchax
 from cogvideox_torchax.patches.causal_conv import apply_conv_cache_trim
 
 
@@ -134,4 +134,12 @@ def apply_frame_scan(vae: AutoencoderKLCogVideoX) -> int:
     return add_mixin(vae, FrameScanMixin)
 
 
-PATCHES = (Patch("frame_scan", 110, lambda m, plan, mesh: apply_frame_scan(m), requires("trim_conv_cache")),)
+PATCHES = (
+    Patch(
+        "frame_scan", "loops",
+        "Decode and encode the frame batches after the first with one `jax.lax.scan` (compile time independent "
+        "of length); False keeps upstream's loops, unrolled into the jit.",
+        lambda m, plan, mesh: apply_frame_scan(m),
+        requires=("trim_conv_cache",),
+    ),
+)

@@ -61,6 +61,16 @@ def apply_silu(vae: torch.nn.Module) -> int:
 
 
 PATCHES = (
-    Patch("group_norm", 10, lambda m, plan, mesh: apply_group_norm(m)),
-    Patch("silu", 20, lambda m, plan, mesh: apply_silu(m)),
+    Patch(
+        "group_norm", "ops",
+        "Replace `nn.GroupNorm` with `kernels.group_norm` (fp32 statistics, no full-size fp32 copy). "
+        "False keeps torchax's lowering of the upstream op, for comparison.",
+        lambda m, plan, mesh: apply_group_norm(m),
+    ),
+    Patch(
+        "silu", "ops",
+        "Replace `nn.SiLU` with `kernels.silu` (rounds once in bf16 and fp16, as torch does; torchax's lowering "
+        "rounds twice).",
+        lambda m, plan, mesh: apply_silu(m),
+    ),
 )

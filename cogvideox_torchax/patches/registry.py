@@ -1,7 +1,10 @@
-"""Every patch of the package, in the order of application.
+"""Every patch of the package, in the order of application derived from what each declares.
 
 Each module of `cogvideox_torchax.patches` that declares ``PATCHES`` is
-found here, so adding a patch touches its own module (and its test) only.
+found here, so adding a patch touches its own module (and its test) only:
+its switch becomes a keyword of `RuntimeOptions`, its place in the order
+follows from its stage, ``requires`` and ``after``, and its documentation
+appears in the handbook's list of switches (`switches_markdown`).
 """
 
 from __future__ import annotations
@@ -9,24 +12,76 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from collections.abc import Iterable
 
-from cogvideox_torchax.patches.base import Patch
+from cogvideox_torchax.patches.base import STAGES, Patch
+
+PACKAGE = "cogvideox_torchax.patches"
+
+
+def ordered(found: Iterable[Patch]) -> tuple[Patch, ...]:
+    """``found`` in the order of application: by stage, then after what each requires or follows, then by name.
+
+    Raises:
+        RuntimeError: two patches answer to one switch; a patch requires a
+            switch no patch has, or one of a later stage; the declared
+            order has a cycle.
+    """
+    by_switch: dict[str, Patch] = {}
+    for patch in found:
+        if patch.switch in by_switch:
+            raise RuntimeError(f"two patches answer to the switch {patch.switch!r}")
+        by_switch[patch.switch] = patch
+    stage = {name: STAGES.index(p.stage) for name, p in by_switch.items()}
+    before: dict[str, set[str]] = {}
+    for name, patch in by_switch.items():
+        for needed in patch.requires:
+            if needed not in by_switch:
+                raise RuntimeError(f"patch {name!r} requires {needed!r}, which no patch answers to")
+        for needed in (*patch.requires, *patch.after):
+            if needed in by_switch and stage[needed] > stage[name]:
+                raise RuntimeError(f"patch {name!r} ({patch.stage}) cannot follow {needed!r} of a later stage")
+        before[name] = {n for n in (*patch.requires, *patch.after) if n in by_switch and stage[n] == stage[name]}
+    order: list[str] = []
+    for level in range(len(STAGES)):
+        waiting = {n for n in by_switch if stage[n] == level}
+        while waiting:
+            ready = sorted(n for n in waiting if not before[n] & waiting)
+            if not ready:
+                raise RuntimeError(f"the declared order of {sorted(waiting)} has a cycle")
+            order.append(ready[0])
+            waiting.remove(ready[0])
+    return tuple(by_switch[n] for n in order)
+
+
+def discover(package: str = PACKAGE) -> tuple[Patch, ...]:
+    """The ``PATCHES`` of every module of ``package``, in the order of application (`ordered`)."""
+    pkg = importlib.import_module(package)
+    found: list[Patch] = []
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{package}.{info.name}")
+        found.extend(getattr(module, "PATCHES", ()))
+    return ordered(found)
 
 
 @functools.cache
 def patches() -> tuple[Patch, ...]:
-    """Every `Patch` of the package, lowest `Patch.order` first.
+    """Every `Patch` of the package, in the order of application."""
+    return discover()
 
-    Raises:
-        RuntimeError: two patches answer to one switch or share an order.
-    """
-    package = importlib.import_module("cogvideox_torchax.patches")
-    found: list[Patch] = []
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        found.extend(getattr(module, "PATCHES", ()))
-    found.sort(key=lambda p: p.order)
-    for what, values in (("switch", [p.option for p in found]), ("order", [p.order for p in found])):
-        if len(set(values)) != len(values):
-            raise RuntimeError(f"two patches share a {what}: {sorted(values)}")
-    return tuple(found)
+
+def switches() -> tuple[str, ...]:
+    """Every patch's switch, in the order of application."""
+    return tuple(p.switch for p in patches())
+
+
+def switches_markdown(found: Iterable[Patch] | None = None) -> str:
+    """The handbook's table of switches: order, switch, stage, requires, what it does."""
+    rows = [
+        "| # | switch | stage | requires | what it does |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for i, p in enumerate(patches() if found is None else found, 1):
+        needs = ", ".join(f"`{n}`" for n in p.requires) or "-"
+        rows.append(f"| {i} | `{p.switch}` | {p.stage} | {needs} | {p.doc.replace('|', '/')} |")
+    return "\n".join(rows) + "\n"

@@ -29,7 +29,7 @@ from diffusers.models.upsampling import CogVideoXUpsample3D
 
 from cogvideox_torchax.kernels.conv import conv
 from cogvideox_torchax.kernels.upsample import first_frame_apart_indices, nearest, take_indices
-from cogvideox_torchax.patches.base import Patch, interop, is_torchax, requires, swap_classes
+from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
 
 
 def _applies(module: torch.nn.Module, inputs: torch.Tensor) -> bool:
@@ -116,12 +116,14 @@ def apply_resample_conv3d(vae: torch.nn.Module) -> int:
     return swap_classes(vae, _SWAPS)
 
 
-def _resample_why_not(target, applied: frozenset[str]) -> str | None:
-    if target.platform not in ("cuda", "tpu"):
-        # XLA:CPU runs 2-D convolutions faster than 3-D ones; ROCm's compiler
-        # was never run here.
-        return "measured on CUDA and TPU only (their compilers' layouts and memory)"
-    return requires("conv_bias")(target, applied)
-
-
-PATCHES = (Patch("resample_conv3d", 70, lambda m, plan, mesh: apply_resample_conv3d(m), _resample_why_not),)
+PATCHES = (
+    Patch(
+        "resample_conv3d", "layers",
+        "The upsamplers and downsamplers resize and convolve ``(B, C, T, H, W)`` as it stands, one 3-D "
+        "convolution of kernel depth 1, instead of moving frames next to the batch for a 2-D convolution: on CUDA, "
+        "XLA lays 2-D convolutions out NHWC and 3-D ones NCDHW, and the islands cost activation-sized transposes; "
+        "on TPU the program needs less memory.",
+        lambda m, plan, mesh: apply_resample_conv3d(m),
+        requires=("conv_bias",),
+    ),
+)

@@ -200,8 +200,8 @@ def apply_low_res_spatial_norm(vae: torch.nn.Module, *, block_broadcast: bool = 
     return count
 
 
-def _low_res_why_not(target, applied: frozenset[str]) -> str | None:
-    if target.tp > 1:
+def _low_res_why_not(placement, applied: frozenset[str]) -> str | None:
+    if placement.tp > 1:
         # Measured at tp=8 (2b, 49 frames at 480x720, fp32): 2.15 GiB per
         # device with the patch, 2.12 without.
         return "under width sharding (tp > 1) the resize crosses shards and is materialised anyway"
@@ -210,9 +210,11 @@ def _low_res_why_not(target, applied: frozenset[str]) -> str | None:
 
 PATCHES = (
     Patch(
-        "low_res_spatial_norm",
-        100,
-        lambda m, plan, mesh: apply_low_res_spatial_norm(m, block_broadcast=plan.target.platform == "tpu"),
-        _low_res_why_not,
+        "low_res_spatial_norm", "layers",
+        "SpatialNorm's 1x1x1 ``conv_y``/``conv_b`` run on ``zq`` before its nearest resize, not after "
+        "(`patches.LowResSpatialNorm3D`): the same values without two full-size tensors per norm. Meshes with "
+        "``tp=1`` only.",
+        lambda m, plan, mesh: apply_low_res_spatial_norm(m, block_broadcast=plan.placement.profile.block_broadcast),
+        why_not=_low_res_why_not,
     ),
 )

@@ -163,5 +163,10 @@ def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) ->
 
 
 PATCHES = (
-    Patch("tile_batching", 120, lambda m, plan, mesh: apply_tile_batching(m, tiles_per_step=plan.target.dp)),
+    Patch(
+        "tile_batching", "loops",
+        "When tiling is enabled (`TorchaxVAE.enable_tiling`), decode equal-shape tiles together, one per ``dp`` "
+        "replica per scan step; False traces upstream's loop, one decoder per tile.",
+        lambda m, plan, mesh: apply_tile_batching(m, tiles_per_step=plan.placement.dp),
+    ),
 )

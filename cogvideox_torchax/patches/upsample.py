@@ -60,4 +60,11 @@ def traced_environment(nearest_upsample: bool) -> Any:
 
 
 # Not a module patch: the traced call scopes it (`traced_environment`).
-PATCHES = (Patch("nearest_upsample", 50, None),)
+PATCHES = (
+    Patch(
+        "nearest_upsample", "ops",
+        '``F.interpolate(mode="nearest")`` by `kernels.upsample.nearest`, in the activation dtype (torchax\'s '
+        "fallback gathers from an fp32 copy). Acts while tracing.",
+        None,
+    ),
+)

@@ -62,9 +62,15 @@ def apply_width_sharding(vae: torch.nn.Module, mesh: Mesh | None) -> int:
     return count
 
 
-def _sharding_why_not(target, applied: frozenset[str]) -> str | None:
-    return "a one-device mesh has nothing to shard" if target.dp * target.tp == 1 else None
+def _sharding_why_not(placement, applied: frozenset[str]) -> str | None:
+    return "a one-device mesh has nothing to shard" if placement.dp * placement.tp == 1 else None
 
 
-# Last: the other module patches swap exact classes, which a mixin changes.
-PATCHES = (Patch("shard_activations", 130, lambda m, plan, mesh: apply_width_sharding(m, mesh), _sharding_why_not),)
+PATCHES = (
+    Patch(
+        "shard_activations", "sharding",
+        "Constrain activations to split width over ``tp`` and batch over ``dp``; meshes of more than one device.",
+        lambda m, plan, mesh: apply_width_sharding(m, mesh),
+        why_not=_sharding_why_not,
+    ),
+)

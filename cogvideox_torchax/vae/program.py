@@ -15,7 +15,8 @@ from jax.sharding import Mesh
 
 from cogvideox_torchax import patches
 from cogvideox_torchax._torch_compat import import_torchax
-from cogvideox_torchax.platforms.run_plan import RunPlan, apply_plan
+from cogvideox_torchax.platforms.build import apply_plan
+from cogvideox_torchax.platforms.run_plan import RunPlan
 
 torchax = import_torchax()
 from torchax import interop  # noqa: E402

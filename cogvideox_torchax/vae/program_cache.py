@@ -22,17 +22,12 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from jax.sharding import Mesh
 
-from cogvideox_torchax.config import RuntimeOptions
+from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import distributed, sharding
 from cogvideox_torchax.platforms import accelerators
-from cogvideox_torchax.platforms.run_plan import (
-    RunPlan,
-    Target,
-    build_plan,
-    canonical_platform,
-    compiler_options,
-    mesh_platform,
-)
+from cogvideox_torchax.platforms.build import build_plan, compiler_options
+from cogvideox_torchax.platforms.profiles import canonical_platform, mesh_platform
+from cogvideox_torchax.platforms.run_plan import Placement, RunPlan
 from cogvideox_torchax.vae.program import Program, tiling_switches
 
 # torchax computes some index arithmetic in int64; with x64 off JAX narrows it
@@ -178,7 +173,7 @@ class ProgramCache:
         return ProgramKey(canonical_platform(platform))
 
     def plan_for(self, key: ProgramKey) -> RunPlan:
-        return build_plan(self.options, Target.of(self.mesh_of(key), self.options.dtype, self.platform(key)))
+        return build_plan(self.options, Placement.of(self.mesh_of(key), self.options.dtype, self.platform(key)))
 
     def mesh_of(self, key: ProgramKey) -> Mesh:
         """The mesh ``key``'s program runs over (a named accelerator's: compile-only devices)."""
@@ -264,9 +259,9 @@ class ProgramCache:
             with TRACING, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
                 traced = program.jits[kind].trace(self._weight_specs(key), spec)
-                if key.accelerator is not None or program.plan.target.platform == mesh_platform(self.mesh):
+                if key.accelerator is not None or program.plan.placement.platform == mesh_platform(self.mesh):
                     return traced.lower()
-                return traced.lower(lowering_platforms=(program.plan.target.platform,))
+                return traced.lower(lowering_platforms=(program.plan.placement.platform,))
 
     def compile(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Compiled:
         """``kind`` compiled for an input shape, on first use (then kept until `drop` or `clear`).

@@ -25,12 +25,15 @@ from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from diffusers.models.modeling_utils import ModelMixin
 from jax.sharding import Mesh
 
-from cogvideox_torchax.config import RuntimeOptions, canonical_dtype
+from cogvideox_torchax.config import canonical_dtype
+from cogvideox_torchax.io import model_files
 from cogvideox_torchax.memory import budget
 from cogvideox_torchax.memory.planner import Planner
 from cogvideox_torchax.memory.retry import retry_out_of_memory
+from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import sharding
-from cogvideox_torchax.platforms.run_plan import RunPlan, compiler_options
+from cogvideox_torchax.platforms.build import compiler_options
+from cogvideox_torchax.platforms.run_plan import RunPlan
 from cogvideox_torchax.vae.ahead_of_time import AheadOfTime
 from cogvideox_torchax.vae.program_cache import ProgramCache, to_host_torch, to_numpy
 from cogvideox_torchax.vae.upstream_surface import (
@@ -158,7 +161,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     @property
     def platform(self) -> str:
         """The platform the mesh's devices are (``"cpu"``, ``"cuda"``, ``"rocm"`` or ``"tpu"``)."""
-        return self.plan.target.platform
+        return self.plan.placement.platform
 
     @property
     def compiler_options(self) -> dict[str, str] | None:
@@ -208,12 +211,18 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
             NotImplementedError: diffusers' device maps, offloading,
                 quantization or non-safetensors loading.
         """
-        from cogvideox_torchax import loading
-
         if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
             raise ValueError(f"dtype={dtype} and torch_dtype={torch_dtype} disagree")
         chosen = dtype if dtype is not None else torch_dtype
-        return loading.from_diffusers_loader(pretrained_model_name_or_path, subfolder, chosen, variant, kwargs)
+        model_files.check_loader_kwargs(kwargs)
+        folder = model_files.resolve_model_dir(pretrained_model_name_or_path, subfolder)
+        config = model_files.read_config(folder)
+        state_dict = model_files.read_state_dict(folder, variant)
+        if chosen is None:
+            dtypes = {t.dtype for t in state_dict.values()}
+            chosen = dtypes.pop() if len(dtypes) == 1 else torch.float32
+        module = model_files.checked_module(config, state_dict)
+        return cls(module, state_dict, RuntimeOptions(dtype=chosen), sharding.make_mesh(None))
 
     @property
     def mesh(self) -> Mesh:

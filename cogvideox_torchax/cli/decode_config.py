@@ -1,0 +1,73 @@
+"""The decode command's options, checked before anything is read: `DecodeConfig`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from cogvideox_torchax.cli import options
+from cogvideox_torchax.cli.errors import UsageError
+
+# mp4 stores the frame rate as a fraction of denominator <= 1001 (`video.encode_mp4`): these all are.
+FPS_RANGE = (0.01, 1000.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """The decode command's options, checked: what to read, what to write, and the shared `options.RunOptions`."""
+
+    run: options.RunOptions
+    latents: tuple[str, ...]
+    key: str | None = None
+    layout: str = "auto"
+    unscale: bool = True
+    output: str | None = None
+    output_dir: str | None = None
+    format: str | None = None  # --output-dir's kind of output (mp4 unless given)
+    batch_size: int | None = None
+    skip_existing: bool = False
+    fps: float = 8.0
+    crf: int = 18
+    overwrite: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DecodeConfig:
+        """Checks what needs no reading.
+
+        Raises:
+            UsageError: options that cannot go together or values out of range (exit 2).
+        """
+        options.check_shared_cheaply(args)  # what needs no framework first: refused in milliseconds
+        options.check_range("--fps", args.fps, *FPS_RANGE)
+        options.check_range("--crf", args.crf, 0, 51)
+        if args.output is None and args.output_dir is None and not args.dry_run:
+            raise UsageError("one of --output/-o or --output-dir is needed (only --dry-run goes without)")
+        if args.output_dir is None:
+            if len(args.latents) > 1:
+                raise UsageError(f"{len(args.latents)} latents inputs need --output-dir (--output names one video)")
+            for flag, value in (
+                ("--batch-size", args.batch_size),
+                ("--skip-existing", args.skip_existing or None),
+                ("--format", args.format),
+            ):
+                if value is not None:
+                    hint = " (--output's extension says what to write)" if flag == "--format" else ""
+                    raise UsageError(f"{flag} goes with --output-dir{hint}")
+        else:
+            if args.batch_size is not None:
+                options.check_range("--batch-size", args.batch_size, 1)
+            if args.skip_existing and args.overwrite:
+                raise UsageError("--skip-existing and --overwrite contradict each other; pick one")
+        if args.output is not None:
+            is_dir = not Path(args.output.rstrip("/")).suffix  # no suffix: a folder of PNG frames
+            options.check_output_path("--output", args.output, args.latents, is_dir)
+        run = options.RunOptions.from_args(args)  # imports JAX: after every check that needs no framework
+        return cls(
+            run, tuple(args.latents), args.key, args.layout, args.unscale, args.output, args.output_dir,
+            (args.format or "mp4") if args.output_dir is not None else None, args.batch_size, args.skip_existing,
+            args.fps, args.crf, args.overwrite,
+        )
+
+    def with_run(self, run: options.RunOptions) -> DecodeConfig:
+        return dataclasses.replace(self, run=run)
