@@ -72,7 +72,7 @@ class RunPlan:
 
     @property
     def conv_layout(self) -> str:
-        """The profile's `PlatformProfile.conv_layout`; ``"channels-first"`` (torchax's lowering) without ``conv_bias``."""
+        """The profile's `PlatformProfile.conv_layout`; ``"channels-first"`` (torchax's) without ``conv_bias``."""
         if self.conv is None:
             return "channels-first"
         if self.applies("time_tap_conv"):
