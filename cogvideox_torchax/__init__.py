@@ -30,7 +30,7 @@ _EXPORTS = {
     "MemoryPlan": "cogvideox_torchax.memory.budget",
     "PRESETS": "cogvideox_torchax.config",
     "RuntimeOptions": "cogvideox_torchax.options",
-    "ModelLoadError": "cogvideox_torchax.loading",
+    "ModelLoadError": "cogvideox_torchax.io.model_files",
     "build": "cogvideox_torchax.loading",
     "from_pretrained": "cogvideox_torchax.loading",
     "random_upstream": "cogvideox_torchax.loading",
@@ -58,7 +58,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     from cogvideox_torchax.config import PRESETS
-    from cogvideox_torchax.loading import ModelLoadError, build, from_pretrained, random_upstream, wrap
+    from cogvideox_torchax.io.model_files import ModelLoadError
+    from cogvideox_torchax.loading import build, from_pretrained, random_upstream, wrap
     from cogvideox_torchax.memory.budget import MemoryBudgetError, MemoryPlan
     from cogvideox_torchax.options import RuntimeOptions
     from cogvideox_torchax.parallel.sharding import make_mesh

@@ -1,27 +1,16 @@
+"""Fixtures shared across folders: the tiny and real-size upstream VAEs, wrapped ones, cached 2b references."""
+
 import os
 
 import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.platforms import accelerators
+from tests.support.reference import seeded_latents, upstream_decode
 
 # tests/multidevice needs 8 simulated devices, which must be set before JAX
 # starts; tests/test_multidevice.py runs it in its own process with them.
 collect_ignore = [] if "device_count=8" in os.environ.get("XLA_FLAGS", "") else ["multidevice"]
-
-
-def require_compiler(platform: str) -> None:
-    """Skips a test that compiles for ``platform`` ("cuda" / "tpu") where its compiler is not installed.
-
-    Under CI (``CI`` set) the compilers are part of every tested stack, so a
-    missing one fails the test instead of hiding it.
-    """
-    missing = accelerators.compiler_missing(platform)
-    if missing and os.environ.get("CI"):
-        pytest.fail(f"CI installs the compilers of every stack, yet {missing}")
-    if missing:
-        pytest.skip(missing)
 
 
 @pytest.fixture(scope="session")
@@ -39,21 +28,6 @@ def tiny_vae(tiny_upstream):
 def upstream_2b():
     """The real CogVideoX-2b VAE architecture with seeded random weights."""
     return ct.random_upstream("cogvideox-2b", seed=0)
-
-
-@pytest.fixture(scope="session")
-def vae_15():
-    """The real CogVideoX 1.5 VAE architecture, seeded random weights, bf16 (for lowering and compiling only)."""
-    return ct.wrap(ct.random_upstream("cogvideox-1.5", seed=0), dtype="bfloat16", mesh="dp=1,tp=1")
-
-
-def upstream_decode(module, z: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return module.decode(z).sample
-
-
-def seeded_latents(shape, seed=0) -> torch.Tensor:
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 
 import cogvideox_torchax as ct
-from tests.conftest import upstream_decode
-from tests.parity import assert_close
+from tests.support.parity import assert_close
+from tests.support.reference import upstream_decode
 
 
 def _video(shape, seed=1):

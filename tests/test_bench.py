@@ -212,7 +212,7 @@ def test_lowered_describes_a_tpu_program_on_this_cpu():
 
 
 def test_targets_bench_compiles_ours_and_the_flax_port_for_a_gpu(tmp_path):
-    from tests.conftest import require_compiler
+    from tests.support.compilers import require_compiler
 
     require_compiler("cuda")
     # Each system in its own process, compiled by the H200's compiler (~20 s).

@@ -17,8 +17,8 @@ from bench import flax_vae
 from bench.flax_vae import ACTIVATION_SPEC, FlaxCogVideoXDecoder, FlaxVAE, activation_sharding, from_upstream
 from bench.flax_weights import StateDictMismatch, _torch_key_for, convert_state_dict, torch_key_to_nnx
 from cogvideox_torchax.config import preset_config
-from tests.conftest import upstream_decode
-from tests.parity import assert_close, psnr
+from tests.support.parity import assert_close, psnr
+from tests.support.reference import upstream_decode
 
 # Frame counts 1, 2, 3, 5, 7: one batch (T=1), an even batch, an odd first
 # batch (the first-frame special cases), an odd first batch plus one cached
@@ -125,7 +125,7 @@ def flax_2b(upstream_2b) -> FlaxVAE:
 @pytest.mark.slow
 @pytest.mark.parametrize("frames", [1, 2, 3])  # 3 chains one later batch; longer chains on the tiny config
 def test_2b_matches_upstream(upstream_2b, reference_2b, flax_2b, frames):
-    """The real architecture; upstream's decodes are shared with tests/test_parity.py."""
+    """The real architecture; upstream's decodes are shared with tests/vae/test_parity.py."""
     assert not upstream_2b.config.use_post_quant_conv  # the real config decodes without one
     z, expected = reference_2b(frames)
     assert_close(flax_2b.decode(z), expected, atol=ATOL_2B, label=f"flax 2b T={frames}")

@@ -12,8 +12,8 @@ from safetensors.torch import load_file, save_file
 
 import cogvideox_torchax as ct
 from cogvideox_torchax.io import model_files
-from tests.conftest import upstream_decode
-from tests.parity import assert_close
+from tests.support.parity import assert_close
+from tests.support.reference import upstream_decode
 
 Z = torch.randn((1, 4, 2, 3, 4), generator=torch.Generator().manual_seed(3))
 

@@ -10,62 +10,20 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from tests.parity import assert_close, psnr
+from tests.support.parity import assert_close, psnr
 
 # diffusers' pipeline modules import transformers (for the T5 text encoder
 # we never build); without it the pipelines are placeholders that raise.
 pytest.importorskip("transformers", reason="diffusers' CogVideoX pipelines need transformers")
 
-from diffusers import (  # noqa: E402
-    CogVideoXDDIMScheduler,
-    CogVideoXImageToVideoPipeline,
-    CogVideoXPipeline,
-    CogVideoXTransformer3DModel,
-)
+from diffusers import CogVideoXImageToVideoPipeline, CogVideoXPipeline  # noqa: E402
 
-TEXT_DIM, TEXT_LEN = 32, 16
+from tests.support.pipelines import embeddings, tiny_pipeline  # noqa: E402
+
 # fp32, after the video processor's clamp to [0, 1]: measured 2.1e-6 (text
 # to video) and 7.9e-6 (image to video; two denoising steps amplify the
 # encode's 1e-7 differences).
 ATOL = 1e-4
-
-
-def tiny_transformer(in_channels: int) -> CogVideoXTransformer3DModel:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return CogVideoXTransformer3DModel(
-            num_attention_heads=2,
-            attention_head_dim=8,
-            in_channels=in_channels,
-            out_channels=4,
-            time_embed_dim=2,
-            text_embed_dim=TEXT_DIM,
-            num_layers=1,
-            sample_width=4,
-            sample_height=4,
-            sample_frames=9,
-            patch_size=2,
-            temporal_compression_ratio=4,
-            max_text_seq_length=TEXT_LEN,
-        ).eval()
-
-
-def tiny_pipeline(cls, in_channels: int):
-    """A pipeline of ``cls`` around the upstream tiny VAE (seed 0)."""
-    return cls(
-        tokenizer=None,
-        text_encoder=None,
-        vae=ct.random_upstream("tiny", seed=0),
-        transformer=tiny_transformer(in_channels),
-        scheduler=CogVideoXDDIMScheduler(),
-    )
-
-
-def embeddings() -> tuple[torch.Tensor, torch.Tensor]:
-    return (
-        torch.randn((1, TEXT_LEN, TEXT_DIM), generator=torch.Generator().manual_seed(1)),
-        torch.randn((1, TEXT_LEN, TEXT_DIM), generator=torch.Generator().manual_seed(2)),
-    )
 
 
 def _frames(pipe, **kwargs) -> torch.Tensor:

@@ -30,7 +30,7 @@ def _python_block(readme: str, heading: str) -> str:
 
 
 def test_pipeline_example_runs(monkeypatch):
-    """The README's pipeline lines, verbatim, on the tiny offline pipeline of tests/test_pipelines.py.
+    """The README's pipeline lines, verbatim, on the tiny offline pipeline of tests/support/pipelines.py.
 
     Only what needs the hub is stood in for: ``from_pretrained`` builds the
     tiny pipeline in the dtype asked for, and its prompt encoding returns
@@ -40,7 +40,7 @@ def test_pipeline_example_runs(monkeypatch):
     from diffusers import CogVideoXPipeline
 
     import cogvideox_torchax as ct
-    from tests.test_pipelines import embeddings, tiny_pipeline  # imported here: it needs transformers
+    from tests.support.pipelines import embeddings, tiny_pipeline  # imported here: it needs transformers
 
     def from_pretrained(cls, name, torch_dtype=None, **kwargs):
         assert name == "THUDM/CogVideoX-2b"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from tests.parity import assert_close
+from tests.support.parity import assert_close
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (simulated) devices")
 

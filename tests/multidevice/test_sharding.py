@@ -14,7 +14,7 @@ from cogvideox_torchax.kernels.group_norm import group_norm
 import cogvideox_torchax as ct
 from cogvideox_torchax import patches
 from cogvideox_torchax.parallel import sharding
-from tests.parity import assert_close
+from tests.support.parity import assert_close
 
 pytestmark = pytest.mark.skipif(len(jax.devices()) < 8, reason="needs 8 (simulated) devices")
 

@@ -1,0 +1,98 @@
+"""SIGINT, SIGTERM and SIGHUP at randomised moments of real command processes.
+
+Each command kind (one latent file; several latent shapes with
+``--output-dir``) runs once undisturbed to measure its duration and write
+the reference outputs; then a few runs each get one signal at a seeded
+random moment spread over that duration (import, load, each compile,
+decode, write, commit, and after: the summary and the exit). Every one must
+end with the signal's exit code and its one line, never by the signal
+itself and never by a crash, and leave no partial output: an output is
+either absent or equal to the reference, and no temporary entry stays.
+"""
+
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BASE = [sys.executable, "-m", "cogvideox_torchax.decode", "--model", "random:tiny", "--mesh", "dp=1,tp=1",
+        "--no-compile-cache", "--layout", "BCTHW"]
+SAID = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)", signal.SIGHUP: "hung up (SIGHUP)"}
+CODE = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+RUNS = 4  # signalled runs per command kind
+EARLIEST_S = 0.5  # the interpreter itself starting up is not the command's
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("latents")
+    g = torch.Generator().manual_seed(41)
+    for t in (1, 2, 3):  # three latent shapes: three compiles in a many-latents run
+        save_file({"z": torch.randn((1, 4, t, 4, 4), generator=g)}, folder / f"v{t}.safetensors")
+    return folder
+
+
+def _single(inputs, out: pathlib.Path) -> list[str]:
+    return [*BASE, str(inputs / "v2.safetensors"), "-o", str(out / "v2.npy")]
+
+
+def _many(inputs, out: pathlib.Path) -> list[str]:
+    return [*BASE, *(str(inputs / f"v{t}.safetensors") for t in (1, 2, 3)), "--output-dir", str(out), "--format", "npy"]
+
+
+def _files(folder: pathlib.Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())} if folder.exists() else {}
+
+
+@pytest.mark.parametrize(("kind", "argv"), [("single", _single), ("many", _many)])
+def test_a_signal_at_any_moment_ends_with_its_code_and_one_line(tmp_path, inputs, kind, argv):
+    # Undisturbed: the duration to spread the signals over, and the outputs they may leave.
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    t0 = time.monotonic()
+    done = subprocess.run(argv(inputs, reference), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    duration = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr
+    expected = _files(reference)
+    assert len(expected) == (1 if kind == "single" else 3), expected
+
+    rng = random.Random(f"signals-{kind}")
+    signums = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    for i in range(RUNS):
+        # One moment in each of RUNS equal spans of the run (so every stage
+        # gets its share), placed at random inside it.
+        at = EARLIEST_S + (i + rng.random()) * (duration - EARLIEST_S) / RUNS
+        signum = rng.choice(signums)
+        out = tmp_path / f"run{i}"
+        out.mkdir()
+        start = time.monotonic()
+        proc = subprocess.Popen(argv(inputs, out), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(max(0.0, start + at - time.monotonic()))
+        sent = proc.poll() is None
+        if sent:
+            proc.send_signal(signum)
+        _, err = proc.communicate(timeout=300)
+        where = f"{kind} run {i}: {signal.Signals(signum).name} at {at:.2f} s of {duration:.2f} s"
+        if not sent:  # it had finished: nothing to check but a clean run
+            assert proc.returncode == 0, f"{where}\n{err}"
+            continue
+        assert proc.returncode == CODE[signum], f"{where}: exit {proc.returncode}\n{err}"
+        assert "Traceback" not in err and "Fatal Python error" not in err, f"{where}\n{err}"
+        last = err.rstrip("\n").split("\n")[-1]
+        assert last.startswith(f"error: {SAID[signum]}; "), f"{where}\n{err}"
+        left = _files(out)
+        # No temporary entry stays; what is there is whole (equal to the undisturbed run's).
+        assert all(not name.startswith(".") for name in left), f"{where}: {sorted(left)}"
+        assert all(expected.get(name) == data for name, data in left.items()), f"{where}: {sorted(left)}"
+        if kind == "single":
+            said = "the outputs were already written" if left else "nothing was written"
+            assert said in last, f"{where}\n{err}"
+        elif left:  # (before the options are read, the line cannot know it is a many-latents run)
+            assert "the videos already written stay" in last, f"{where}\n{err}"

@@ -1,0 +1,1 @@
+"""Tests of cogvideox_torchax.io: videos, frames, latents files and outputs."""

@@ -1,0 +1,1 @@
+"""Tests of cogvideox_torchax.kernels against torch and their own references."""

@@ -1,0 +1,1 @@
+"""Tests of cogvideox_torchax.parallel: several processes as one `jax.distributed` cluster."""

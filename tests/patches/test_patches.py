@@ -1,0 +1,292 @@
+"""Each apply_* patch alone: idempotent, state dict untouched, same result."""
+
+import re
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafeConv3d, CogVideoXSpatialNorm3D
+
+import cogvideox_torchax as ct
+from cogvideox_torchax import patches
+from cogvideox_torchax._torch_compat import import_torchax
+from cogvideox_torchax.patches import frame_scan, tiling, time_chunks
+from cogvideox_torchax.patches.spatial_norm import LowResSpatialNorm3D
+from tests.support.parity import assert_close
+from tests.support.reference import upstream_decode
+
+torchax = import_torchax()
+
+
+@pytest.fixture
+def fresh():
+    return ct.random_upstream("tiny", seed=1)
+
+
+def _keys_and_shapes(m):
+    return {k: tuple(v.shape) for k, v in m.state_dict().items()}
+
+
+@pytest.mark.parametrize(
+    "apply",
+    [
+        patches.apply_safe_conv,
+        patches.apply_group_norm,
+        patches.apply_silu,
+        patches.apply_conv_bias,
+        patches.apply_conv_cache_trim,
+        patches.apply_cache_first,
+        patches.apply_low_res_spatial_norm,
+        frame_scan.apply_frame_scan,
+        tiling.apply_tile_batching,
+    ],
+)
+def test_class_patches_are_idempotent_and_keep_eager_results(fresh, apply):
+    z = torch.randn(1, 4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    before = upstream_decode(fresh, z)
+    keys = _keys_and_shapes(fresh)
+    first = apply(fresh)
+    assert first > 0
+    assert apply(fresh) == 0
+    assert _keys_and_shapes(fresh) == keys
+    # Eager torch on plain tensors still runs the upstream computation.
+    assert_close(upstream_decode(fresh, z), before, atol=1e-6, label=apply.__name__)
+
+
+def test_group_norm_patch_count(fresh):
+    n = sum(isinstance(m, torch.nn.GroupNorm) for m in fresh.modules())
+    assert patches.apply_group_norm(fresh) == n
+    assert all(type(m) is patches.JaxGroupNorm for m in fresh.modules() if isinstance(m, torch.nn.GroupNorm))
+
+
+def _lowered_conv_count(module, shape):
+    env = torchax.default_env()
+
+    def run(w, b, x):
+        with env, torch.no_grad():
+            p = {"weight": env.j2t_iso(w), "bias": env.j2t_iso(b)}
+            out = torch.func.functional_call(module, p, (env.j2t_iso(x),))
+        return env.t2j_iso(out)
+
+    spec = jax.ShapeDtypeStruct
+    w = spec(tuple(module.weight.shape), jnp.float32)
+    b = spec(tuple(module.bias.shape), jnp.float32)
+    text = jax.jit(run).lower(w, b, spec(shape, jnp.float32)).as_text()
+    return text.count("stablehlo.convolution")
+
+
+def test_safe_conv_runs_one_convolution_where_upstream_chunks():
+    # 1x8x40x2048x2048 counts as 2.5 "GB" upstream: two time chunks. Only
+    # traced (abstract shapes), so nothing of that size is allocated.
+    shape = (1, 8, 40, 2048, 2048)
+    conv = CogVideoXSafeConv3d(8, 8, kernel_size=3, padding=(0, 1, 1)).eval()
+    assert _lowered_conv_count(conv, shape) == 2
+    holder = torch.nn.Sequential(conv)
+    assert patches.apply_safe_conv(holder) == 1
+    assert _lowered_conv_count(conv, shape) == 1
+
+
+def test_safe_conv_same_numbers_under_torchax():
+    conv = CogVideoXSafeConv3d(4, 6, kernel_size=3, padding=(0, 1, 1)).eval()
+    x = torch.randn(1, 4, 5, 6, 7)
+    with torch.no_grad():
+        expected = conv(x)
+    patches.apply_safe_conv(torch.nn.Sequential(conv))
+    env = torchax.default_env()
+    with env, torch.no_grad():
+        got = conv.to("jax")(x.to("jax")).to("cpu")
+    assert_close(got, expected, atol=1e-5, label="chunk-free conv")
+
+
+def test_width_sharding_meshes_replace_and_remove(fresh):
+    mesh = ct.make_mesh("dp=1,tp=1")
+    assert patches.apply_width_sharding(fresh, mesh) == 0  # one device: nothing to constrain
+
+    class FakeMesh:  # a two-device mesh is not available in this process
+        size = 2
+
+    first, second = FakeMesh(), FakeMesh()
+    n = patches.apply_width_sharding(fresh, first)
+    assert n > 0
+    assert patches.apply_width_sharding(fresh, second) == n
+    sharded = [m for m in fresh.modules() if isinstance(m, patches.ShardedOutputMixin)]
+    assert len(sharded) == n and all(m.activation_mesh is second for m in sharded)  # replaced, not stacked
+    assert patches.apply_width_sharding(fresh, None) == 0
+    assert all(m.activation_mesh is None for m in sharded)
+    # Eager torch still runs as upstream through the mixin.
+    z = torch.randn(1, 4, 2, 2, 2, generator=torch.Generator().manual_seed(0))
+    assert fresh.decode(z).sample.shape == (1, 3, 8, 16, 16)
+
+
+@pytest.mark.parametrize("order", ["safe_conv first", "conv_bias first"])
+def test_conv_patches_compose_in_either_order(fresh, order):
+    first, second = (patches.apply_safe_conv, patches.apply_conv_bias)
+    if order == "conv_bias first":
+        first, second = second, first
+    first(fresh)
+    second(fresh)
+    safe = [m for m in fresh.modules() if isinstance(m, CogVideoXSafeConv3d)]
+    assert safe and all(type(m) is patches.JaxChunkFreeSafeConv3d for m in safe)
+    convs = [m for m in fresh.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
+    assert all(isinstance(m, patches.FusedBiasConv) for m in convs)
+    assert patches.apply_safe_conv(fresh) == 0 and patches.apply_conv_bias(fresh) == 0
+
+
+def test_conv_bias_same_numbers_under_torchax():
+    conv2 = torch.nn.Conv2d(4, 6, kernel_size=3, padding=1).eval()
+    conv3 = CogVideoXSafeConv3d(4, 6, kernel_size=3, padding=(0, 1, 1)).eval()
+    holder = torch.nn.Sequential(conv2, conv3)
+    x2, x3 = torch.randn(2, 4, 6, 7), torch.randn(1, 4, 5, 6, 7)
+    with torch.no_grad():
+        expected = conv2(x2), conv3(x3)
+    assert patches.apply_conv_bias(holder) == 2
+    env = torchax.default_env()
+    with env, torch.no_grad():
+        holder.to("jax")
+        got = conv2(x2.to("jax")).to("cpu"), conv3(x3.to("jax")).to("cpu")
+    assert_close(got[0], expected[0], atol=1e-5, label="conv2d with fused bias")
+    assert_close(got[1], expected[1], atol=1e-5, label="safe conv3d with fused bias")
+
+
+@pytest.mark.parametrize("order", ["scan first", "tiles first"])
+def test_frame_scan_and_tile_batching_compose_in_either_order(fresh, order):
+    steps = [frame_scan.apply_frame_scan, tiling.apply_tile_batching]
+    if order == "tiles first":
+        steps.reverse()
+    for apply in steps:
+        assert apply(fresh) == 1
+    assert isinstance(fresh, tiling.BatchedTilesMixin) and isinstance(fresh, frame_scan.FrameScanMixin)
+    assert frame_scan.apply_frame_scan(fresh) == 0 and tiling.apply_tile_batching(fresh, tiles_per_step=2) == 0
+    assert fresh.tiles_per_step == 2
+    # One class per combination, reused: a second module patched alike gets the same class.
+    other = ct.random_upstream("tiny", seed=1)
+    for apply in steps:
+        apply(other)
+    assert type(other) is type(fresh)
+
+
+def test_time_tap_patch_follows_cache_first_and_keeps_eager_results(fresh):
+    z = torch.randn(1, 4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    before = upstream_decode(fresh, z)
+    assert patches.apply_time_tap_conv(fresh) == 0  # nothing cache-first yet
+    n = patches.apply_cache_first(fresh)
+    assert patches.apply_time_tap_conv(fresh) == n > 0
+    assert patches.apply_time_tap_conv(fresh) == 0
+    assert_close(upstream_decode(fresh, z), before, atol=1e-6, label="time taps, eager")
+
+
+def test_low_res_spatial_norm_builds_no_full_size_scale():
+    # conv_y/conv_b of a 64-channel SpatialNorm on an 8x larger feature map:
+    # upstream convolves the resized zq (a 64-channel full-size product);
+    # the patch convolves zq itself and the resize fuses downstream.
+    torch.manual_seed(0)
+    norm = CogVideoXSpatialNorm3D(f_channels=64, zq_channels=4, groups=8).eval()
+    f, zq = torch.randn(1, 64, 5, 16, 24), torch.randn(1, 4, 2, 2, 3)
+    with torch.no_grad():
+        expected, _ = norm(f, zq)
+    env = torchax.default_env()
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in norm.state_dict().items()}
+
+    def traced():  # a new function each time: jit caches traces per function
+        def run(f, zq):
+            with env, torch.no_grad():
+                p = {k: env.j2t_iso(v) for k, v in params.items()}
+                out, _ = torch.func.functional_call(norm, p, (env.j2t_iso(f), env.j2t_iso(zq)))
+            return env.t2j_iso(out)
+
+        return jax.jit(run)
+
+    args = (jnp.asarray(f.numpy()), jnp.asarray(zq.numpy()))
+    upstream_text = traced().lower(*args).as_text()
+    assert patches.apply_low_res_spatial_norm(norm) == 1
+    got = traced()(*args)
+    assert_close(np.asarray(got), expected.numpy(), atol=1e-5, label="low-res SpatialNorm", check_dtype=False)
+    text = traced().lower(*args).as_text()
+    full = r"stablehlo\.convolution[^\n]*-> tensor<1x64x5x16x24xf32>"
+    assert re.search(full, upstream_text) and not re.search(full, text)
+
+
+@pytest.mark.parametrize("frames", [1, 4, 5])
+def test_low_res_spatial_norm_block_broadcast_equals_upstream(frames):
+    # The TPU plan's resize (time gathered and width repeated at latent
+    # size, height broadcast over the activation split in blocks): upstream's
+    # values, with no gather to the full size. fp32, 1e-5.
+    torch.manual_seed(frames)
+    norm = CogVideoXSpatialNorm3D(f_channels=64, zq_channels=4, groups=8).eval()
+    f, zq = torch.randn(1, 64, frames, 16, 24), torch.randn(1, 4, (frames + 1) // 2, 2, 3)
+    with torch.no_grad():
+        expected, _ = norm(f, zq)
+    assert patches.apply_low_res_spatial_norm(norm, block_broadcast=True) == 1 and norm.block_broadcast
+    env = torchax.default_env()
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in norm.state_dict().items()}
+
+    def run(f, zq):
+        with env, torch.no_grad():
+            p = {k: env.j2t_iso(v) for k, v in params.items()}
+            out, _ = torch.func.functional_call(norm, p, (env.j2t_iso(f), env.j2t_iso(zq)))
+        return env.t2j_iso(out)
+
+    args = (jnp.asarray(f.numpy()), jnp.asarray(zq.numpy()))
+    got = jax.jit(run)(*args)
+    assert_close(np.asarray(got), expected.numpy(), atol=1e-5, label="block-broadcast SpatialNorm", check_dtype=False)
+    text = jax.jit(run).lower(*args).as_text()
+    # Time resized at latent size by slices and repeats (`take_indices`); nothing gathered at all.
+    assert '"stablehlo.gather"' not in text
+
+
+def test_nearest_override_lives_in_our_own_environment():
+    torchax = import_torchax()
+    ours = patches.traced_environment(True)
+    assert ours is patches.traced_environment(True) and ours is not patches.traced_environment(False)
+    assert ours is not torchax.default_env()  # torchax's default environment is never edited
+
+
+@pytest.mark.parametrize("chunk_frames,whole_frames", [(3, 0), (5, 8)])
+def test_time_chunks_decode_equals_upstream(chunk_frames, whole_frames, monkeypatch):
+    # The CUDA plan's time chunks (`patches.time_chunks`), run on the CPU in
+    # fp32 with chunks of one or three output frames at full resolution:
+    # upstream's decode, scanned frame batches (caches) included. With
+    # whole_frames=0 every convolution runs in chunks and every norm takes
+    # its statistics frame by frame; with 8, inputs of up to 8 full frames
+    # take them in one pass.
+    upstream = ct.random_upstream("tiny", seed=2)
+    z = torch.randn(1, 4, 5, 4, 4, generator=torch.Generator().manual_seed(3))
+    expected = upstream_decode(upstream, z)
+    vae = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
+    frame = 8 * 32 * 32  # channels x full resolution of the tiny config's last up block
+    kwargs = dict(chunk_elements=chunk_frames * frame, whole_elements=whole_frames * frame)
+    assert patches.apply_time_chunks(vae.module, **kwargs) > 0
+    assert patches.apply_time_chunks(vae.module, **kwargs) == 0
+    chunk_counts, by_frame = [], set()
+    norm_act_conv, frames = time_chunks.norm_act_conv, LowResSpatialNorm3D.frames
+
+    def counting(*args, **kwargs):
+        result = norm_act_conv(*args, **kwargs)
+        chunk_counts.append(0 if result is None else len(result[0]))
+        return result
+
+    def recording(self, *args, **kwargs):
+        by_frame.add(kwargs["by_frame"])
+        return frames(self, *args, **kwargs)
+
+    monkeypatch.setattr(time_chunks, "norm_act_conv", counting)
+    monkeypatch.setattr(LowResSpatialNorm3D, "frames", recording)
+    got = vae.decode(z).sample
+    assert max(chunk_counts) > 1  # some convolution did run in chunks
+    assert by_frame == ({True} if whole_frames == 0 else {False, True}), by_frame
+    assert_close(got, expected, atol=2e-5, label=f"time chunks of {chunk_frames} input frames")
+
+
+def test_time_chunks_leave_small_convolutions_whole():
+    # `time_chunks.WHOLE_ELEMENTS`: a convolution whose padded input and
+    # output hold at most that many elements runs whole (its chunks cost
+    # compile time and saved little memory).
+    conv = types.SimpleNamespace(time_kernel_size=3, conv=types.SimpleNamespace(out_channels=128))
+    x = types.SimpleNamespace(shape=(1, 128, 8, 480, 720))  # the 2b model's last up block: 0.74 x 2^30
+    assert time_chunks._chunk_frames(conv, x, 2**28, 2**30) is None
+    wide = types.SimpleNamespace(shape=(1, 256, 8, 480, 720))  # its first convolution, 256 -> 128: 1.15 x 2^30
+    assert time_chunks._chunk_frames(conv, wide, 2**28, 2**30) == 1
+    assert time_chunks._chunk_frames(conv, x, 2**28, 0) == 4

@@ -1,0 +1,65 @@
+"""`TorchaxVAE.save_pretrained`: upstream's format, loaded back by upstream and by us (tiny config, offline)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from diffusers import AutoencoderKLCogVideoX
+from safetensors import safe_open
+
+import cogvideox_torchax as ct
+from tests.support.parity import assert_close
+
+
+def test_saved_vae_loads_in_upstream_and_ours_and_decodes_identically(tiny_upstream, tiny_vae, tmp_path):
+    tiny_vae.save_pretrained(tmp_path / "vae")
+    assert sorted(p.name for p in (tmp_path / "vae").iterdir()) == ["config.json", "diffusion_pytorch_model.safetensors"]
+    config = json.loads((tmp_path / "vae" / "config.json").read_text())
+    assert config["_class_name"] == "AutoencoderKLCogVideoX" and config["latent_channels"] == 4
+    upstream = AutoencoderKLCogVideoX.from_pretrained(tmp_path / "vae")
+    original = tiny_upstream.state_dict()
+    loaded = upstream.state_dict()
+    assert loaded.keys() == original.keys()
+    for k, v in original.items():  # fp32 weights round-trip bit for bit
+        assert torch.equal(loaded[k], v), k
+    z = np.random.default_rng(0).standard_normal((1, 4, 3, 4, 6)).astype(np.float32)
+    again = ct.from_pretrained(tmp_path / "vae", mesh="dp=1,tp=1")
+    assert_close(again.decode(z).sample.numpy(), tiny_vae.decode(z).sample.numpy(), atol=0.0, label="reloaded")
+
+
+def test_bf16_vae_saves_bf16_unless_told_and_variants_name_the_file(tiny_upstream, tmp_path):
+    vae = ct.wrap(tiny_upstream, dtype="bfloat16", mesh="dp=1,tp=1")
+    vae.save_pretrained(tmp_path / "a")
+    vae.save_pretrained(tmp_path / "b", variant="fp32", torch_dtype=torch.float32)
+    with safe_open(str(tmp_path / "a" / "diffusion_pytorch_model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+    assert (tmp_path / "b" / "diffusion_pytorch_model.fp32.safetensors").exists()
+    upstream = AutoencoderKLCogVideoX.from_pretrained(tmp_path / "b", variant="fp32")
+    w = tiny_upstream.state_dict()["decoder.conv_in.conv.weight"]
+    assert torch.equal(upstream.state_dict()["decoder.conv_in.conv.weight"], w.to(torch.bfloat16).float())
+
+
+def test_pickles_and_files_are_refused_and_nothing_is_left(tiny_vae, tmp_path):
+    with pytest.raises(ValueError, match="safetensors only"):
+        tiny_vae.save_pretrained(tmp_path / "p", safe_serialization=False)
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ValueError, match="is a file"):
+        tiny_vae.save_pretrained(tmp_path / "file")
+    with pytest.raises(NotImplementedError, match="push_to_hub"):
+        tiny_vae.save_pretrained(tmp_path / "h", push_to_hub=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "mine"
+
+
+def test_the_pipeline_loaders_entry_reads_variants_and_refuses_what_it_cannot_do(tiny_upstream, tmp_path):
+    # What diffusers' pipeline loader calls for a saved pipeline naming TorchaxVAE.
+    vae = ct.wrap(tiny_upstream, dtype="bfloat16", mesh="dp=1,tp=1")
+    vae.save_pretrained(tmp_path / "v", variant="x")
+    vae.save_pretrained(tmp_path / "v")  # a second file: only the variant's name picks it
+    loaded = ct.TorchaxVAE.from_pretrained(tmp_path / "v", variant="x", low_cpu_mem_usage=True, device_map=None)
+    assert loaded.dtype == torch.bfloat16  # no torch_dtype: the saved dtype
+    assert ct.TorchaxVAE.from_pretrained(tmp_path / "v", torch_dtype=torch.float32).dtype == torch.float32
+    with pytest.raises(ct.ModelLoadError, match="no weights of variant 'y'"):
+        ct.TorchaxVAE.from_pretrained(tmp_path / "v", variant="y")
+    with pytest.raises(NotImplementedError, match="device_map"):
+        ct.TorchaxVAE.from_pretrained(tmp_path / "v", device_map="auto")
