@@ -131,3 +131,10 @@ def test_inference_mode_calls_of_training_scripts_are_no_ops(tiny_vae):
         tiny_vae.train()
     with pytest.raises(ct.UnsupportedAttributeError, match="no gradients"):
         tiny_vae.requires_grad_(True)
+
+
+def test_every_public_name_resolves():
+    # The exports are resolved lazily (PEP 562): a name pointing at the wrong module fails only on use.
+    for name in ct.__all__:
+        assert getattr(ct, name) is not None, name
+    assert ct.ModelLoadError.__module__ == "cogvideox_torchax.io.model_files"
