@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate, 0.01 to 1000 (default 8, as CogVideoX-2b)")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
+    p.add_argument(
+        "--encoder",
+        default="libx264",
+        help="mp4 encoder: libx264 (the CPU, default) or h264_nvenc (an NVIDIA GPU's NVENC; refused where it cannot "
+        "start)",
+    )
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="the encoder's speed preset: libx264 ultrafast ... veryslow (its default: medium), NVENC p1 ... p7",
+    )
+    p.add_argument(
+        "--no-stream",
+        dest="stream",
+        action="store_false",
+        help="decode the whole video, then write it (default for mp4 and PNG: write each batch of frames while "
+        "the next decodes)",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -152,6 +171,10 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     z, layout = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
     if kind == "mp4":
         video.check_mp4_size(*latents.frame_size(vae.config, z.shape))
+    streamed, why_not_streamed = _stream_plan(config, vae, z, kind)
+    if streamed is not None:
+        return _decode_streamed(config, vae, z, kind, staged, streamed, layout=layout, load=load, cache_dir=cache_dir)
+    started = time.perf_counter()
 
     # mp4 and PNG take uint8 frames, made on device (a quarter of the fp32
     # output crosses to the host); raw outputs take the decoder's floats.
@@ -225,6 +248,87 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
         "decode_s": round(decode.seconds, 3),
         "write_s": round(write.seconds, 3),
         "frames_per_s": round(batch * frames_per_video / decode.seconds, 3),
+        "streamed": False,
+        "stream_why_not": why_not_streamed,
+        # Written whole: the first frame reaches the host with the last.
+        "first_frame_s": round(decode.seconds, 3),
+        "end_to_end_s": round(time.perf_counter() - started, 3),
+        "write_hidden": 0.0,
+    }
+
+
+def _stream_plan(config: DecodeConfig, vae, z, kind: str) -> tuple[Any, str | None]:
+    """The streamed decode's plan (its two programs compiled, as the compile stage), or None and why not."""
+    from cogvideox_torchax.vae import stream
+
+    if not config.stream:
+        return None, "--no-stream"
+    if kind not in ("mp4", "png"):
+        return None, f"a .{kind} output holds one array, written once the whole video is decoded"
+    if agreement.process_count() > 1:
+        return None, "under jax.distributed the video is gathered to process 0, then written"
+    why = stream.why_not_streamed(vae.module, tuple(z.shape), vae.programs)
+    if why is not None:
+        return None, why
+    plans = []
+    with out_of_memory.out_of_memory_as_exit_3("compiling the streamed decode of", tuple(z.shape)):
+        compiled = stages.compile_stage(lambda shape: plans.append(vae.stream_plan(shape)), z.shape, config.run)
+    plan = plans[0]
+    if plan.budget is not None and plan.bytes > plan.budget:
+        return None, (f"the streamed decode needs {plan.bytes / 2**30:.2f} GiB per device, above the "
+                      f"{plan.budget / 2**30:.2f} GiB usable")
+    return (plan, compiled), None
+
+
+def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, *, layout, load, cache_dir):
+    """Decodes batch by batch, each batch's frames written (on a thread) while the next decodes."""
+    import numpy as np
+
+    from cogvideox_torchax.cli import streamed_write
+    from cogvideox_torchax.io import outputs
+    from cogvideox_torchax.memory import in_use
+
+    plan, (compile_stage, cache_events) = streamed
+    batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
+    largest = float(np.abs(z).max())
+
+    def check(chunk) -> None:
+        if not chunk.finite.all():
+            raise UsageError(out_of_memory.nonfinite_cause(vae, "decode", largest))
+
+    open_writer = streamed_write.staged_writers(
+        staged.temps, kind, fps=config.fps, crf=config.crf, encoder=config.encoder, preset=config.preset
+    )
+    total = batch * frames_per_video
+    with Stage("decode", total, "frame", config.run.quiet) as decode, \
+            Stage("write", total, "frame", config.run.quiet) as write, \
+            out_of_memory.out_of_memory_as_exit_3("decoding latents of", tuple(z.shape)):
+        times = streamed_write.write_while_decoding(
+            vae.decode_stream(z), open_writer, batch, check=check, on_decoded=decode.tick, on_written=write.tick,
+            guard=lambda i, n: outputs.disk_full_named(staged.paths[i], n),
+        )
+    if config.run.memory_report:
+        in_use.report("decode")
+    interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
+    interrupts.commit(staged)
+    paths = outputs.output_paths(Path(config.output), batch)
+    from cogvideox_torchax.io import latents
+
+    height, width = latents.frame_size(vae.config, z.shape)
+    return {
+        "outputs": [str(p) for p in paths],
+        "kind": kind,
+        "latents_shape": list(z.shape),
+        "layout": layout,
+        "unscaled": bool(config.unscale),
+        "video_shape": [batch, 3, frames_per_video, height, width],
+        "memory_plan": plan.as_dict(),
+        **stages.run_fields(vae, load),
+        **stages.compile_fields(compile_stage.seconds, cache_dir, cache_events.status),
+        **times.as_dict(),
+        "frames_per_s": round(total / times.decode_s, 3),
+        "streamed": True,
+        "stream_why_not": None,
     }
 
 
@@ -259,6 +363,11 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"decode {s['decode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | write {s['write_s']:.2f} s"
     )
     print(f"  memory plan: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device")
+    if s.get("streamed"):
+        print(f"  streamed: first frame after {s['first_frame_s']:.2f} s, done after {s['end_to_end_s']:.2f} s, "
+              f"{100 * s['write_hidden']:.0f} % of the write hidden behind the decode")
+    elif s.get("stream_why_not"):
+        print(f"  not streamed ({s['stream_why_not']}): done after {s['end_to_end_s']:.2f} s")
     for path in s["outputs"]:
         print(f"  wrote {path}")
 

@@ -30,6 +30,9 @@ class DecodeConfig:
     fps: float = 8.0
     crf: int = 18
     overwrite: bool = False
+    encoder: str = "libx264"
+    preset: str | None = None
+    stream: bool = True
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DecodeConfig:
@@ -62,12 +65,40 @@ class DecodeConfig:
         if args.output is not None:
             is_dir = not Path(args.output.rstrip("/")).suffix  # no suffix: a folder of PNG frames
             options.check_output_path("--output", args.output, args.latents, is_dir)
+        _check_encoder(args)
         run = options.RunOptions.from_args(args)  # imports JAX: after every check that needs no framework
         return cls(
             run, tuple(args.latents), args.key, args.layout, args.unscale, args.output, args.output_dir,
             (args.format or "mp4") if args.output_dir is not None else None, args.batch_size, args.skip_existing,
-            args.fps, args.crf, args.overwrite,
+            args.fps, args.crf, args.overwrite, args.encoder, args.preset, args.stream,
         )
 
     def with_run(self, run: options.RunOptions) -> DecodeConfig:
         return dataclasses.replace(self, run=run)
+
+
+# NVENC's presets (p1 fastest ... p7 best); libx264's are `io.video.X264_PRESETS`.
+_NVENC_PRESETS = tuple(f"p{i}" for i in range(1, 8))
+
+
+def _check_encoder(args: argparse.Namespace) -> None:
+    """``--encoder`` and ``--preset``: known names, for an mp4 output, and an encoder that starts here."""
+    from cogvideox_torchax.io import video
+
+    if args.encoder == "libx264" and args.preset is None:
+        return
+    writes_mp4 = (args.output is not None and Path(args.output).suffix.lower() == ".mp4") or (
+        args.output_dir is not None and (args.format or "mp4") == "mp4"
+    )
+    if not writes_mp4:
+        raise UsageError("--encoder and --preset go with an mp4 output")
+    if args.encoder not in video.ENCODERS:
+        raise UsageError(f"--encoder must be one of {', '.join(video.ENCODERS)}, got {args.encoder!r}")
+    presets = video.X264_PRESETS if args.encoder == "libx264" else _NVENC_PRESETS
+    if args.preset is not None and args.preset not in presets:
+        raise UsageError(f"--preset for {args.encoder} must be one of {', '.join(presets)}, got {args.preset!r}")
+    if args.encoder != "libx264" and not args.dry_run:
+        try:
+            video.check_encoder(args.encoder)
+        except ValueError as e:
+            raise UsageError(str(e)) from None

@@ -43,33 +43,111 @@ def check_mp4_size(height: int, width: int) -> None:
         )
 
 
-def encode_mp4(dest: Path, frames: np.ndarray, fps: float = 8, crf: int = 18, tick=None) -> None:
-    """Encodes ``(F, H, W, 3)`` uint8 frames as H.264 at ``dest`` itself (no staging)."""
+# H.264 encoders PyAV may offer: libx264 (the CPU, the default) and NVIDIA's
+# NVENC (needs an NVIDIA GPU and driver where it runs).
+ENCODERS = ("libx264", "h264_nvenc")
+# libx264's presets, fastest first ("medium" is its default).
+X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower", "veryslow")
+
+
+def check_encoder(encoder: str) -> None:
+    """Opens ``encoder`` on a tiny frame, so one that cannot run here is refused before anything is decoded.
+
+    Raises:
+        ValueError: an unknown encoder, or one this machine cannot start (the
+            reason the codec library gave).
+    """
     import av
 
-    _, height, width, _ = frames.shape
-    with av.open(str(dest), mode="w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=_fraction(fps))
-        stream.width, stream.height = width, height
-        stream.pix_fmt = "yuv444p" if crf == 0 else "yuv420p"
-        stream.options = {"crf": str(crf)}
+    if encoder not in ENCODERS:
+        raise ValueError(f"encoder must be one of {', '.join(ENCODERS)}, got {encoder!r}")
+    if encoder not in av.codecs_available:
+        raise ValueError(f"{encoder} is not part of this PyAV's FFmpeg build")
+    try:
+        context = av.codec.CodecContext.create(encoder, "w")
+        context.width, context.height, context.pix_fmt = 64, 64, "yuv420p"
+        context.time_base = _fraction(8) ** -1
+        context.open()
+    except Exception as e:  # the codec library's own error, e.g. no NVIDIA driver
+        hint = " (NVENC needs an NVIDIA GPU and its driver on this machine)" if "nvenc" in encoder else ""
+        raise ValueError(f"the {encoder} encoder cannot start here{hint}: {e}") from None
+
+
+class FrameWriter:
+    """Writes one video's uint8 frames ``(F, H, W, 3)`` as they come: an H.264 mp4, or a folder of PNG files.
+
+    ``dest`` is written as it is (a staged entry: the caller moves it in);
+    `close` (or leaving the ``with`` block) finishes the file.
+    """
+
+    def __init__(self, dest: Path, kind: str, *, fps: float = 8, crf: int = 18, encoder: str = "libx264",
+                 preset: str | None = None):
+        if kind not in ("mp4", "png"):
+            raise ValueError(f"FrameWriter writes mp4 or png, got {kind!r}")
+        self.dest, self.kind, self.fps, self.crf = Path(dest), kind, fps, crf
+        self.encoder, self.preset = encoder, preset
+        self.count = 0
+        self._container = self._stream = None
+
+    def _open(self, height: int, width: int) -> None:
+        import av
+
+        self._container = av.open(str(self.dest), mode="w", format="mp4")
+        self._stream = self._container.add_stream(self.encoder, rate=_fraction(self.fps))
+        self._stream.width, self._stream.height = width, height
+        lossless = self.crf == 0 and self.encoder == "libx264"
+        self._stream.pix_fmt = "yuv444p" if lossless else "yuv420p"
+        if self.encoder == "libx264":
+            self._stream.options = {"crf": str(self.crf), **({"preset": self.preset} if self.preset else {})}
+        else:  # NVENC: constant quality at the same number
+            preset = {"preset": self.preset} if self.preset else {}
+            self._stream.options = {"rc": "vbr", "cq": str(self.crf), **preset}
+
+    def write(self, frames: np.ndarray, tick=None) -> None:
+        """Appends ``frames`` (uint8 ``(F, H, W, 3)``); ``tick()`` after each."""
         for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")):
-                container.mux(packet)
+            if self.kind == "png":
+                from PIL import Image
+
+                Image.fromarray(frame, mode="RGB").save(self.dest / f"frame_{self.count:04d}.png")
+            else:
+                if self._container is None:
+                    self._open(frame.shape[0], frame.shape[1])
+                import av
+
+                video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+                for packet in self._stream.encode(video_frame):
+                    self._container.mux(packet)
+            self.count += 1
             if tick:
                 tick()
-        for packet in stream.encode():
-            container.mux(packet)
+
+    def close(self) -> None:
+        """Flushes the encoder and closes the file (nothing to do for PNG)."""
+        if self._container is not None:
+            try:
+                for packet in self._stream.encode():
+                    self._container.mux(packet)
+            finally:
+                self._container.close()
+                self._container = None
+
+    def __enter__(self) -> FrameWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def encode_mp4(dest: Path, frames: np.ndarray, fps: float = 8, crf: int = 18, tick=None) -> None:
+    """Encodes ``(F, H, W, 3)`` uint8 frames as H.264 at ``dest`` itself (no staging)."""
+    with FrameWriter(dest, "mp4", fps=fps, crf=crf) as writer:
+        writer.write(frames, tick)
 
 
 def save_png_frames(dest: Path, frames: np.ndarray, tick=None) -> None:
     """Writes ``(F, H, W, 3)`` uint8 frames as ``dest/frame_0000.png``, ... into an existing folder."""
-    from PIL import Image
-
-    for i, frame in enumerate(frames):
-        Image.fromarray(frame, mode="RGB").save(dest / f"frame_{i:04d}.png")
-        if tick:
-            tick()
+    FrameWriter(dest, "png").write(frames, tick)
 
 
 def save_raw(dest: Path, video: np.ndarray, kind: str) -> None:

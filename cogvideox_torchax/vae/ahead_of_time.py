@@ -15,6 +15,7 @@ import jax
 
 from cogvideox_torchax.memory import budget
 from cogvideox_torchax.memory.planner import key_of
+from cogvideox_torchax.vae import stream
 from cogvideox_torchax.vae.program_cache import ProgramKey
 
 
@@ -86,6 +87,27 @@ class AheadOfTime:
         """Every candidate plan of `memory_plan` with its compiled bytes, in order (all compiled; none run)."""
         (self.check_video if kind == "encode" else self.check_latents)(tuple(shape))
         return self.planner.measure_all(kind, tuple(shape))
+
+    def stream_plan(self, shape: tuple[int, ...], *, output: str = "frames", in_flight: int = 2) -> budget.MemoryPlan:
+        """The plan of `decode_stream` for latents of ``shape``: its two programs compiled, nothing run.
+
+        ``bytes`` is the larger program's temporaries, arguments and outputs
+        per device, plus ``in_flight`` batch outputs; it does not grow with
+        the number of latent frames. ``budget`` is the VAE's (`memory_budget`,
+        margin taken off), which the caller compares.
+
+        Raises:
+            ValueError: a shape or plan that does not stream (the message says why).
+        """
+        shape = tuple(shape)
+        self.check_latents(shape)
+        why = stream.why_not_streamed(self.module, shape, self.programs)
+        if why:
+            raise ValueError(f"decode_stream: {why}")
+        per_batch = self.module.num_latent_frames_batch_size
+        first, step = stream.executables(self.programs, shape, per_batch, output)
+        total, _ = self.memory_budget()
+        return budget.MemoryPlan("streamed", None, stream.streamed_bytes(first, step, in_flight), budget.usable(total))
 
     def planned(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan | None:
         """The plan `memory_plan` chose for a shape, or None if it has not planned it (compiles nothing)."""

@@ -43,6 +43,13 @@ class Program:
         self.plan = plan
         self._jittable = interop.JittableModule(module)
         self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
+        # The decode one latent frame batch at a time (`cogvideox_torchax.vae.stream`):
+        # (first batch?, "frames" or "video") -> (weights, z[, conv cache]) -> (output, conv cache).
+        self.stream_jits = {
+            (first, output): jax.jit(self._batch(first, output))
+            for first in (True, False)
+            for output in ("frames", "video")
+        }
         self.executables: dict[tuple[str, tuple[int, ...]], jax.stages.Compiled] = {}
 
     def _traced(self, kind: str):
@@ -55,6 +62,26 @@ class Program:
                 out = self._jittable.functional_call(method, weights_t, {}, x_t, **kwargs)
             out = env.t2j_iso(out[0] if isinstance(out, tuple) else out)
             return to_frames(out) if kind == "frames" else out
+
+        return run
+
+    def _batch(self, first: bool, output: str):
+        def decode_batch(module: AutoencoderKLCogVideoX, z: torch.Tensor, conv_cache: Any) -> Any:
+            # One iteration of upstream's ``_decode`` loop.
+            if module.post_quant_conv is not None:
+                z = module.post_quant_conv(z)
+            return module.decoder(z, conv_cache=conv_cache)
+
+        def run(weights: dict[str, jax.Array], z: jax.Array, cache: Any = None) -> Any:
+            env = patches.traced_environment(self.plan.applies("nearest_upsample"))
+            with env, torch.no_grad():
+                weights_t, z_t, cache_t = env.j2t_iso((weights, z, cache))
+                cache_t = None if first else cache_t
+                out, new_cache = self._jittable.functional_call(decode_batch, weights_t, {}, z_t, cache_t)
+            out, new_cache = env.t2j_iso((out, new_cache))
+            if output == "frames":
+                return to_frames(out), new_cache
+            return (out, jax.numpy.isfinite(out).all(axis=(1, 2, 3, 4))), new_cache
 
         return run
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import jax
@@ -34,8 +34,10 @@ from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import sharding
 from cogvideox_torchax.platforms.build import compiler_options
 from cogvideox_torchax.platforms.run_plan import RunPlan
+from cogvideox_torchax.vae import stream
 from cogvideox_torchax.vae.ahead_of_time import AheadOfTime
 from cogvideox_torchax.vae.program_cache import ProgramCache, to_host_torch, to_numpy
+from cogvideox_torchax.vae.stream import VideoChunk
 from cogvideox_torchax.vae.upstream_surface import (
     INFERENCE_SURFACE,
     UnsupportedAttributeError,
@@ -151,7 +153,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
 
     @property
     def plan(self) -> RunPlan:
-        """What runs on the mesh's platform: patches, convolution layout and policy (`cogvideox_torchax.platforms.run_plan`)."""
+        """What runs on the mesh's platform: patches, convolution layout and policy (`platforms.run_plan.RunPlan`)."""
         return self.programs.own.plan
 
     def plan_for(self, platform: str) -> RunPlan:
@@ -315,6 +317,28 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         """
         self.check_latents(tuple(z.shape))
         return self._run("frames", z)
+
+    def decode_stream(
+        self, z: torch.Tensor | np.ndarray | jax.Array, *, output: str = "frames", in_flight: int = 2
+    ) -> Iterator[VideoChunk]:
+        """Decodes latents ``(B, C, T, H, W)`` one latent frame batch at a time, yielding each batch's frames in order.
+
+        Each batch's result is copied to the host while the next batch
+        decodes; joined, the chunks equal `decode_frames_jax` (``output=
+        "frames"``: uint8 ``(B, F, H, W, 3)``) or `decode_jax` (``"video"``).
+        Two programs serve every length (the first batch, and any later
+        one), so device memory does not grow with the video: it holds the
+        weights, the conv cache and at most ``in_flight`` batch outputs.
+
+        Raises:
+            ValueError: a bad shape, ``output`` or ``in_flight``, or tiling
+                that applies to this frame size (tiled decodes do not stream;
+                the message says why).
+        """
+        self.check_latents(tuple(z.shape))
+        programs = self._call_planner().programs
+        arr = np.asarray(to_numpy(z, np.dtype(programs.options.jax_dtype)))
+        return stream.stream(programs, self.module, arr, output=output, in_flight=in_flight)
 
     def decode(
         self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True

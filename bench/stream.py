@@ -1,0 +1,215 @@
+"""``python -m bench.stream``: latents to an mp4, end to end: decode then write, streamed, and upstream torch.
+
+Three ways to the same video, each after one untimed run (compiles)::
+
+    python -m bench.stream --model random:cogvideox-2b --shape 3,8,8 --shape 7,8,8 --shape 13,8,8
+
+- ``whole``: ours, `decode_frames_jax` then the frames to the host, then
+  libx264 (the ``--no-stream`` path of the decode command);
+- ``streamed``: ours, `decode_stream` with the writer on a thread (the
+  decode command's default), with the time to the first frame;
+- ``torch``: upstream's eager decode, diffusers' uint8 mapping, libx264.
+
+``--writer`` instead measures libx264 alone: frames per second on one
+thread (``threads=1``: per core) and on every core, for smooth and noisy
+frames, at ``--sizes`` and ``--presets``, crf ``--crf``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+FRAME_SIZES = {"480x720": (480, 720), "768x1360": (768, 1360)}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.stream", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="random:cogvideox-2b", help="random:PRESET or a local diffusers VAE folder")
+    p.add_argument("--shape", action="append", help="latent T,H,W (batch 1); repeatable")
+    p.add_argument("--systems", default="whole,streamed,torch", help="comma list of whole, streamed, torch")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--repeats", type=int, default=1, help="timed runs per system and shape (median kept)")
+    p.add_argument("--crf", type=int, default=18)
+    p.add_argument("--preset", default=None, help="libx264 preset of the end-to-end runs (its default: medium)")
+    p.add_argument("--writer", action="store_true", help="measure libx264 alone instead")
+    p.add_argument("--sizes", default="480x720,768x1360", help="--writer: frame sizes")
+    p.add_argument("--presets", default="ultrafast,veryfast,medium", help="--writer: libx264 presets")
+    p.add_argument("--frames", type=int, default=24, help="--writer: frames per measurement")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    return p
+
+
+# -- the writer alone ---------------------------------------------------------
+
+
+def _frames(kind: str, count: int, height: int, width: int):
+    """Smooth (gradients that move) or noisy (uniform noise: the worst case) uint8 frames."""
+    import numpy as np
+
+    if kind == "noisy":
+        return np.random.default_rng(0).integers(0, 256, (count, height, width, 3), dtype=np.uint8)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    out = np.empty((count, height, width, 3), np.uint8)
+    for i in range(count):
+        out[i, ..., 0] = (x + 4 * i) % 256
+        out[i, ..., 1] = (y + 2 * i) % 256
+        out[i, ..., 2] = ((x + y) / 2 + 3 * i) % 256
+    return out
+
+
+def _encode_seconds(frames, crf: int, preset: str, threads: str) -> float:
+    import av
+
+    from cogvideox_torchax.io.video import _fraction
+
+    with tempfile.TemporaryDirectory() as d:
+        start = time.perf_counter()
+        with av.open(str(Path(d) / "v.mp4"), mode="w", format="mp4") as container:
+            stream = container.add_stream("libx264", rate=_fraction(8))
+            stream.height, stream.width = frames.shape[1:3]
+            stream.pix_fmt = "yuv420p"
+            stream.options = {"crf": str(crf), "preset": preset, "threads": threads}
+            for frame in frames:
+                for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                    container.mux(packet)
+            for packet in stream.encode():
+                container.mux(packet)
+        return time.perf_counter() - start
+
+
+def writer_rows(args: argparse.Namespace) -> list[dict]:
+    rows = []
+    for size in args.sizes.split(","):
+        height, width = FRAME_SIZES.get(size) or tuple(int(v) for v in size.split("x"))
+        for content in ("smooth", "noisy"):
+            frames = _frames(content, args.frames, height, width)
+            for preset in args.presets.split(","):
+                one = _encode_seconds(frames, args.crf, preset, "1")
+                every = _encode_seconds(frames, args.crf, preset, "0")
+                rows.append({
+                    "size": f"{height}x{width}", "content": content, "preset": preset, "crf": args.crf,
+                    "frames": args.frames, "fps_one_thread": round(args.frames / one, 2),
+                    "fps_all_threads": round(args.frames / every, 2), "cores": os.cpu_count(),
+                })
+    return rows
+
+
+# -- end to end ---------------------------------------------------------------
+
+
+def _ours(upstream, dtype: str):
+    import cogvideox_torchax as ct
+
+    return ct.wrap(upstream, dtype=dtype, mesh="dp=1,tp=1")
+
+
+def _whole(vae, z, dest: Path, crf: int, preset: str | None) -> dict:
+    import jax
+    import numpy as np
+
+    from cogvideox_torchax.io.video import FrameWriter
+
+    start = time.perf_counter()
+    frames, _ = vae.decode_frames_jax(z)
+    host = np.asarray(jax.device_get(frames))
+    decoded = time.perf_counter() - start
+    with FrameWriter(dest, "mp4", crf=crf, preset=preset) as writer:
+        writer.write(host[0])
+    end = time.perf_counter() - start
+    return {"first_frame_s": decoded, "decode_s": decoded, "write_s": end - decoded, "end_to_end_s": end}
+
+
+def _streamed(vae, z, dest: Path, crf: int, preset: str | None) -> dict:
+    import contextlib
+
+    from cogvideox_torchax.cli import streamed_write
+
+    open_writer = streamed_write.staged_writers([dest], "mp4", crf=crf, preset=preset)
+    times = streamed_write.write_while_decoding(
+        vae.decode_stream(z), open_writer, 1, check=lambda c: None, on_decoded=lambda n: None,
+        on_written=lambda: None, guard=lambda i, n: contextlib.nullcontext(),
+    )
+    return {**times.as_dict(), "write_hidden": times.write_hidden}
+
+
+def _torch(upstream, z, dest: Path, crf: int, preset: str | None) -> dict:
+    import torch
+
+    from cogvideox_torchax.io.video import FrameWriter, to_uint8
+
+    start = time.perf_counter()
+    with torch.no_grad():
+        video = upstream.decode(z).sample
+    frames = to_uint8(video.float().numpy())
+    decoded = time.perf_counter() - start
+    with FrameWriter(dest, "mp4", crf=crf, preset=preset) as writer:
+        writer.write(frames[0])
+    end = time.perf_counter() - start
+    return {"first_frame_s": decoded, "decode_s": decoded, "write_s": end - decoded, "end_to_end_s": end}
+
+
+def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
+    import numpy as np
+    import torch
+
+    from bench import inputs
+
+    upstream = inputs.load_upstream(args.model, 0)
+    channels = upstream.config.latent_channels
+    systems = args.systems.split(",")
+    vae = _ours(upstream, args.dtype) if {"whole", "streamed"} & set(systems) else None
+    rows = []
+    for text in args.shape or ["3,8,8"]:
+        t, h, w = (int(v) for v in text.split(","))
+        z_torch = inputs.latents((1, channels, t, h, w), 0)
+        z = z_torch.numpy().astype(np.float32)
+        for system in systems:
+            def run(dest: Path, system=system, z=z, z_torch=z_torch) -> dict:
+                if system == "torch":
+                    return _torch(upstream, z_torch.to(torch.float32), dest, args.crf, args.preset)
+                return (_whole if system == "whole" else _streamed)(vae, z, dest, args.crf, args.preset)
+
+            with tempfile.TemporaryDirectory() as d:
+                run(Path(d) / "warm.mp4")  # compiles (ours); warms the allocator (torch)
+                timed = [run(Path(d) / f"{i}.mp4") for i in range(args.repeats)]
+            keys = timed[0].keys()
+            row = {k: round(statistics.median(r[k] for r in timed), 3) for k in keys}
+            frames = 4 * t - 3 if t % 2 else 4 * t
+            rows.append({"system": system, "shape": [1, channels, t, h, w], "frames": frames, **row})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.writer:
+        rows = writer_rows(args)
+        if args.json:
+            print(json.dumps({"writer": rows}))
+            return
+        print("size       content  preset     fps/1 thread  fps/all threads")
+        for r in rows:
+            print(f"{r['size']:<10} {r['content']:<8} {r['preset']:<10} {r['fps_one_thread']:>12.2f}  "
+                  f"{r['fps_all_threads']:>15.2f}")
+        return
+    import importlib.metadata as md
+
+    rows = end_to_end_rows(args)
+    if args.json:
+        versions = {p: md.version(p) for p in ("jax", "torch", "av")}
+        print(json.dumps({"model": args.model, "dtype": args.dtype, "crf": args.crf, "preset": args.preset,
+                          "versions": versions, "rows": rows}))
+        return
+    print("system    latents          frames  first frame s  decode s  write s  end to end s")
+    for r in rows:
+        print(f"{r['system']:<9} {str(tuple(r['shape'])):<16} {r['frames']:>6} {r['first_frame_s']:>14.2f} "
+              f"{r['decode_s']:>9.2f} {r['write_s']:>8.2f} {r['end_to_end_s']:>13.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The decode as a stream: one latent frame batch at a time, each result leaving the device while the next decodes.
+
+Upstream's ``_decode`` walks the latent frames in batches (the first takes
+the odd remainder) and threads the causal convolutions' cache from batch to
+batch. Here that walk is two compiled programs whose shapes do not depend on
+the video's length: the first batch, and one later batch (the cache in and
+out); each call's output is copied to the host while the next call runs.
+Device memory holds the weights, the cache and at most ``in_flight`` batch
+outputs whatever the length; the host holds what the caller keeps.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from cogvideox_torchax.memory import budget
+from cogvideox_torchax.parallel import sharding
+from cogvideox_torchax.platforms.build import compiler_options
+from cogvideox_torchax.vae.program_cache import _INT64_WARNING, TRACING, ProgramKey
+
+if TYPE_CHECKING:
+    from cogvideox_torchax.vae.program_cache import ProgramCache
+
+OUTPUTS = ("frames", "video")
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoChunk:
+    """One latent frame batch's share of the decoded video.
+
+    Attributes:
+        data: ``"frames"``: uint8 ``(B, F, H, W, 3)`` as diffusers' video
+            processor maps them; ``"video"``: the decoder's output
+            ``(B, 3, F, H, W)`` in the VAE's dtype, unclamped as upstream.
+        finite: ``(B,)``, whether each video's decoder output in this chunk
+            held no NaN or Inf.
+        start: the index of the chunk's first frame in the whole video.
+        frames: how many video frames the chunk holds.
+    """
+
+    data: np.ndarray
+    finite: np.ndarray
+    start: int
+    frames: int
+
+
+def latent_batches(num_frames: int, per_batch: int) -> list[tuple[int, int]]:
+    """Upstream's ``[start, stop)`` latent frame ranges: the first takes ``per_batch`` plus the remainder."""
+    num_batches = max(num_frames // per_batch, 1)
+    extra = num_frames % per_batch
+    return [(0 if i == 0 else per_batch * i + extra, min(per_batch * (i + 1) + extra, num_frames))
+            for i in range(num_batches)]
+
+
+def why_not_streamed(module: Any, shape: tuple[int, ...], programs: ProgramCache) -> str | None:
+    """Why latents of ``shape`` cannot stream on the own program, or None."""
+    _, _, _, height, width = shape
+    if module.use_tiling and (width > module.tile_latent_min_width or height > module.tile_latent_min_height):
+        return ("tiled decodes do not stream: upstream's tiled decode walks every frame of one tile before "
+                "the next tile, so no frame is complete before the last tile (disable_tiling, or decode whole)")
+    if not programs.own.plan.applies("trim_conv_cache"):
+        return "streaming needs trim_conv_cache: without it the first batch's conv cache differs from the later ones'"
+    return None
+
+
+def _compile(programs: ProgramCache, first: bool, output: str, shape: tuple[int, ...], cache: Any) -> Any:
+    """The own program's first-batch or later-batch executable for a batch of ``shape`` (kept per shape)."""
+    key = ProgramKey()
+    name = f"stream_{'first' if first else 'step'}_{output}"
+    with programs.lock:
+        program = programs.program(key)
+        if (name, shape) not in program.executables:
+            where = sharding.input_sharding(shape, programs.mesh)
+            spec = jax.ShapeDtypeStruct(shape, programs.options.jax_dtype, sharding=where)
+            with TRACING, warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_INT64_WARNING)
+                args = (programs.weights, spec) if first else (programs.weights, spec, cache)
+                lowered = program.stream_jits[first, output].trace(*args).lower()
+            program.executables[name, shape] = lowered.compile(compiler_options=compiler_options(program.plan))
+        return program.executables[name, shape]
+
+
+def _cache_specs(executable: Any) -> Any:
+    """The conv cache a first-batch executable returns, as shapes and shardings the next one takes."""
+    _, cache_info = executable.out_info
+    _, cache_shardings = executable.output_shardings
+    return jax.tree.map(lambda info, s: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=s), cache_info,
+                        cache_shardings)
+
+
+def executables(programs: ProgramCache, shape: tuple[int, ...], per_batch: int, output: str) -> tuple[Any, Any]:
+    """The first-batch executable and the later-batch one (None for a single batch) for latents of ``shape``."""
+    ranges = latent_batches(shape[2], per_batch)
+    b, c, _, h, w = shape
+    first = _compile(programs, True, output, (b, c, ranges[0][1], h, w), None)
+    if len(ranges) == 1:
+        return first, None
+    return first, _compile(programs, False, output, (b, c, per_batch, h, w), _cache_specs(first))
+
+
+def streamed_bytes(first: Any, step: Any, in_flight: int) -> int:
+    """Per device: the larger program's compiled bytes, and ``in_flight`` batch outputs besides."""
+    programs = [e for e in (first, step) if e is not None]
+    out = max(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(e.out_info[0])) for e in programs)
+    return max(budget.compiled_bytes(e) for e in programs) + in_flight * out
+
+
+def stream(
+    programs: ProgramCache, module: Any, z: np.ndarray, *, output: str = "frames", in_flight: int = 2
+) -> Iterator[VideoChunk]:
+    """Decodes ``z`` ``(B, C, T, H, W)`` batch by batch; yields a `VideoChunk` per latent frame batch, in order.
+
+    Raises:
+        ValueError: an unknown ``output``, ``in_flight`` below 1, or a plan
+            that cannot stream (`why_not_streamed`).
+    """
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        raise ValueError(f"in_flight must be an int >= 1, got {in_flight!r}")
+    why = why_not_streamed(module, tuple(z.shape), programs)
+    if why:
+        raise ValueError(f"decode_stream: {why}")
+    ranges = latent_batches(z.shape[2], module.num_latent_frames_batch_size)
+    mesh, weights = programs.mesh, programs.weights
+
+    def place(start: int, stop: int) -> jax.Array:
+        part = np.ascontiguousarray(z[:, :, start:stop])
+        return sharding.place(part, sharding.input_sharding(part.shape, mesh))
+
+    def to_host(out: Any, start: int, frames: int) -> VideoChunk:
+        data, finite = out
+        return VideoChunk(np.asarray(data), np.asarray(finite), start, frames)
+
+    first, step = executables(programs, tuple(z.shape), module.num_latent_frames_batch_size, output)
+    pending: collections.deque = collections.deque()
+    cache = None
+    frame = 0
+    for i, (start, stop) in enumerate(ranges):
+        x = place(start, stop)
+        out, cache = first(weights, x) if i == 0 else step(weights, x, cache)
+        for array in jax.tree.leaves(out):
+            array.copy_to_host_async()
+        count = out[0].shape[1 if output == "frames" else 2]
+        pending.append((out, frame, count))
+        frame += count
+        while len(pending) > in_flight:
+            yield to_host(*pending.popleft())
+    del cache
+    while pending:
+        yield to_host(*pending.popleft())
