@@ -225,7 +225,8 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
             if staged is not None:
                 for path, tmp, one in zip(staged.paths, staged.temps, host, strict=True):
                     with outputs.disk_full_named(path, one.nbytes):
-                        video.write_video_to(tmp, kind, one, fps=config.fps, crf=config.crf, tick=write.tick)
+                        video.write_video_to(tmp, kind, one, fps=config.fps, crf=config.crf, tick=write.tick,
+                                             encoder=config.encoder, preset=config.preset)
         if config.run.memory_report:
             in_use.report("write")
         interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in

@@ -272,7 +272,8 @@ def _write(config: DecodeConfig, item: batch.Item, one: np.ndarray) -> str | Non
         output.parent.mkdir(parents=False, exist_ok=True)
         with outputs.StagedOutputs([output], overwrite=config.overwrite) as staged:
             with outputs.disk_full_named(output, one.nbytes):
-                video.write_video_to(staged.temps[0], config.format, one, fps=config.fps, crf=config.crf)
+                video.write_video_to(staged.temps[0], config.format, one, fps=config.fps, crf=config.crf,
+                                     encoder=config.encoder, preset=config.preset)
                 interrupts.commit(staged)
     except Exception as e:  # this video failed; the run goes on (KeyboardInterrupt still ends it)
         return errors.one_line(e)

@@ -178,7 +178,8 @@ def read_mp4(path: str | os.PathLike) -> tuple[np.ndarray, float]:
 
 
 def write_video_to(
-    dest: Path, kind: str, video: np.ndarray, *, fps: float = 8, crf: int = 18, tick=None
+    dest: Path, kind: str, video: np.ndarray, *, fps: float = 8, crf: int = 18, tick=None,
+    encoder: str = "libx264", preset: str | None = None,
 ) -> None:
     """Writes one video at ``dest`` itself (a staged temporary entry) as ``kind``.
 
@@ -192,7 +193,5 @@ def write_video_to(
             tick()
         return
     frames = video if video.dtype == np.uint8 else to_uint8(video[None])[0]
-    if kind == "mp4":
-        encode_mp4(dest, frames, fps=fps, crf=crf, tick=tick)
-    else:
-        save_png_frames(dest, frames, tick=tick)
+    with FrameWriter(dest, kind, fps=fps, crf=crf, encoder=encoder, preset=preset) as writer:
+        writer.write(frames, tick)

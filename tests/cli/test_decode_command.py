@@ -341,15 +341,16 @@ def test_unknown_output_extension(tmp_path, capsys, good):
     _bad(tmp_path, capsys, [good[0], *TINY, "-o", str(tmp_path / "o.avi")], "unknown output extension '.avi'")
 
 
-def test_failed_write_leaves_nothing(tmp_path, capsys, good, monkeypatch):
+@pytest.mark.parametrize("flags", [[], ["--no-stream"]], ids=["streamed", "whole"])
+def test_failed_write_leaves_nothing(tmp_path, capsys, good, monkeypatch, flags):
     from cogvideox_torchax.io import video
 
-    def explode(dest, frames, **kw):
-        dest.write_bytes(b"half a video")  # the staged temporary file
+    def explode(self, frames, tick=None):
+        self.dest.write_bytes(b"half a video")  # the staged temporary file
         raise OSError("disk full")
 
-    monkeypatch.setattr(video, "encode_mp4", explode)
+    monkeypatch.setattr(video.FrameWriter, "write", explode)
     before = sorted(tmp_path.rglob("*"))
-    assert main([good[0], *TINY, "--no-compile-cache", "-o", str(tmp_path / "v.mp4")]) == 1
+    assert main([good[0], *TINY, "--no-compile-cache", "-o", str(tmp_path / "v.mp4"), *flags]) == 1
     assert "OSError: disk full" in capsys.readouterr().err
     assert sorted(tmp_path.rglob("*")) == before

@@ -130,19 +130,21 @@ def test_batch_whose_second_write_fails_leaves_no_video(tmp_path, capsys, monkey
     assert len(calls) == 2 and tree(tmp_path) == before
 
 
-def test_interrupt_while_writing_leaves_nothing(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("flags", [[], ["--no-stream"]], ids=["streamed", "whole"])
+def test_interrupt_while_writing_leaves_nothing(tmp_path, capsys, monkeypatch, flags):
     save_file({"z": _z((2, 4, 1, 2, 2))}, tmp_path / "b.safetensors")
-    real, calls = video.write_video_to, []
+    real, calls = video.FrameWriter.write, []
 
-    def interrupted(dest, kind, one, **kw):
-        calls.append(dest)
-        if len(calls) == 2:
+    def interrupted(self, frames, tick=None):
+        calls.append(self.dest)
+        if len(calls) == 2:  # the second video (streamed: on the writer thread)
             raise KeyboardInterrupt
-        real(dest, kind, one, **kw)
+        real(self, frames, tick)
 
-    monkeypatch.setattr(video, "write_video_to", interrupted)
+    monkeypatch.setattr(video.FrameWriter, "write", interrupted)
     before = tree(tmp_path)
-    _refused(capsys, [str(tmp_path / "b.safetensors"), *TINY, "-o", str(tmp_path / "frames")], "interrupted", code=130)
+    argv = [str(tmp_path / "b.safetensors"), *TINY, "-o", str(tmp_path / "frames"), *flags]
+    _refused(capsys, argv, "interrupted", code=130)
     assert tree(tmp_path) == before
 
 
