@@ -96,6 +96,9 @@ BLACKWELL = GpuArchitecture(
      28: 2048, 29: 2048, 32: 4096, 33: 2048, 35: 2048, 36: 2048},
 )
 
+# Blackwell Ultra: Blackwell's units at compute capability 10.3.
+BLACKWELL_ULTRA = dataclasses.replace(BLACKWELL, compute_capability=(10, 3))
+
 
 @dataclasses.dataclass(frozen=True)
 class Gpu:
@@ -138,6 +141,8 @@ GPUS: dict[str, Gpu] = {
                 1.965, 1.8353101, 68_719_476_736),
     "gb200": Gpu("NVIDIA GB200", BLACKWELL, 152, 197_897_748_480, 7_928_064_000_000, 3_996_000, 135_528_448,
                  2.062, 1.9259081, 2_147_483_648),
+    "b300": Gpu("NVIDIA B300", BLACKWELL_ULTRA, 158, 297_021_865_984, 7_936_000_000_000, 3_996_000, 135_528_448,
+                1.965, 1.8353101, 68_719_476_736),
 }
 
 

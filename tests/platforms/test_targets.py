@@ -27,7 +27,7 @@ def tiny_bf16(tiny_upstream):
 
 def test_known_targets_and_their_budgets():
     assert set(accelerators.TARGETS) == {
-        "h100", "h200", "b200", "gb200", "v5e-1", "v5e-8", "v6e-1", "v6e-8", "v5p-1", "v5p-4", "v7x-1", "v7x-4",
+        "h100", "h200", "b200", "gb200", "b300", "v5e-1", "v5e-8", "v6e-1", "v6e-8", "v5p-1", "v5p-4", "v7x-1", "v7x-4",
     }
     assert accelerators.get("H200").platform == "cuda" and accelerators.get("v6e-8").devices == 8
     # GPUs: JAX's default 75 % preallocation; TPUs: the HBM their compiler reports.
