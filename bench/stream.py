@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--presets", default="ultrafast,veryfast,medium", help="--writer: libx264 presets")
     p.add_argument("--frames", type=int, default=24, help="--writer: frames per measurement")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--plot", metavar="PNG", help="draw end-to-end (and first-frame) time against frames")
+    p.add_argument("--from-json", metavar="FILE", help="with --plot: draw an earlier --json run instead of running")
     return p
 
 
@@ -185,8 +187,38 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def plot(report: dict, path: str) -> None:
+    """End-to-end time per system against the video's frame count; the streamed run's first frame dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for system in dict.fromkeys(r["system"] for r in report["rows"]):
+        rows = sorted((r for r in report["rows"] if r["system"] == system), key=lambda r: r["frames"])
+        frames = [r["frames"] for r in rows]
+        ax.plot(frames, [r["end_to_end_s"] for r in rows], marker="o", label=f"{system}: end to end")
+        if system == "streamed":
+            ax.plot(frames, [r["first_frame_s"] for r in rows], marker="x", linestyle="--",
+                    label="streamed: first frame on the host")
+    shape = report["rows"][0]["shape"]
+    ax.set_xlabel(f"video frames (latents 1x{shape[1]}xTx{shape[3]}x{shape[4]})")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"latents -> mp4, {report['model']}, {report['dtype']}, crf {report['crf']}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.from_json:
+        if not args.plot:
+            raise SystemExit("error: --from-json goes with --plot")
+        plot(json.loads(Path(args.from_json).read_text()), args.plot)
+        return
     if args.writer:
         rows = writer_rows(args)
         if args.json:
@@ -200,10 +232,13 @@ def main(argv: list[str] | None = None) -> None:
     import importlib.metadata as md
 
     rows = end_to_end_rows(args)
+    versions = {p: md.version(p) for p in ("jax", "torch", "av")}
+    report = {"model": args.model, "dtype": args.dtype, "crf": args.crf, "preset": args.preset,
+              "versions": versions, "rows": rows}
+    if args.plot:
+        plot(report, args.plot)
     if args.json:
-        versions = {p: md.version(p) for p in ("jax", "torch", "av")}
-        print(json.dumps({"model": args.model, "dtype": args.dtype, "crf": args.crf, "preset": args.preset,
-                          "versions": versions, "rows": rows}))
+        print(json.dumps(report))
         return
     print("system    latents          frames  first frame s  decode s  write s  end to end s")
     for r in rows:

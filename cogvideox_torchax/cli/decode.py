@@ -234,16 +234,9 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     with agreement.together("moving the outputs in"):
         if staged is not None:
             interrupts.commit(staged)
-    paths = outputs.output_paths(Path(config.output), batch)
-
+    video_shape = [host.shape[i] for i in (0, 4, 1, 2, 3)] if on_device_frames else list(host.shape)
     return {
-        "outputs": [str(p) for p in paths],
-        "kind": kind,
-        "latents_shape": list(z.shape),
-        "layout": layout,
-        "unscaled": bool(config.unscale),
-        "video_shape": [host.shape[i] for i in (0, 4, 1, 2, 3)] if on_device_frames else list(host.shape),
-        "memory_plan": vae.planned(tuple(z.shape), kind=program).as_dict(),
+        **_summary(config, vae, z, kind, layout, video_shape, vae.planned(tuple(z.shape), kind=program)),
         **stages.run_fields(vae, load),
         **stages.compile_fields(compile_stage.seconds, cache_dir, cache_events.status),
         "decode_s": round(decode.seconds, 3),
@@ -255,6 +248,21 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
         "first_frame_s": round(decode.seconds, 3),
         "end_to_end_s": round(time.perf_counter() - started, 3),
         "write_hidden": 0.0,
+    }
+
+
+def _summary(config: DecodeConfig, vae, z, kind: str, layout: str, video_shape: list[int], plan) -> dict[str, Any]:
+    """What both ways of decoding one file say first: outputs, shapes, layout, the memory plan."""
+    from cogvideox_torchax.io import outputs
+
+    return {
+        "outputs": [str(p) for p in outputs.output_paths(Path(config.output), z.shape[0])],
+        "kind": kind,
+        "latents_shape": list(z.shape),
+        "layout": layout,
+        "unscaled": bool(config.unscale),
+        "video_shape": video_shape,
+        "memory_plan": plan.as_dict(),
     }
 
 
@@ -312,18 +320,11 @@ def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, 
         in_use.report("decode")
     interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
     interrupts.commit(staged)
-    paths = outputs.output_paths(Path(config.output), batch)
     from cogvideox_torchax.io import latents
 
     height, width = latents.frame_size(vae.config, z.shape)
     return {
-        "outputs": [str(p) for p in paths],
-        "kind": kind,
-        "latents_shape": list(z.shape),
-        "layout": layout,
-        "unscaled": bool(config.unscale),
-        "video_shape": [batch, 3, frames_per_video, height, width],
-        "memory_plan": plan.as_dict(),
+        **_summary(config, vae, z, kind, layout, [batch, 3, frames_per_video, height, width], plan),
         **stages.run_fields(vae, load),
         **stages.compile_fields(compile_stage.seconds, cache_dir, cache_events.status),
         **times.as_dict(),
