@@ -102,7 +102,8 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
     t1 = time.perf_counter()
     row["trace_lower_s"] = round(t1 - t0, 2)
     try:
-        compiled = lowered.compile()
+        # The library's options for the target (a TPU's HBM limit, `budget.compiler_options`), both systems.
+        compiled = lowered.compile(compiler_options=budget.compiler_options(acc))
     except Exception as e:  # a TPU compile refused for memory says how much it needed
         needed = budget.refused_bytes(e)
         if needed is None:

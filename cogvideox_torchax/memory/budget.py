@@ -129,6 +129,23 @@ def usable(budget: int) -> int:
     return int(budget * (1 - SAFETY_MARGIN))
 
 
+def compiler_options(acc: Any) -> dict[str, str] | None:
+    """XLA options every program compiled for the named accelerator ``acc`` takes: a TPU's HBM limit at `usable`.
+
+    libtpu 0.0.50 (jax 0.12) leaves a program's buffers loosely packed while
+    the loose heap still fits the chip, and its ``memory_analysis()``
+    counts the heap's fragmentation twice (temporaries = 2 x heap - peak
+    live bytes): the CogVideoX 1.5 decode on one v6e chip, a 27.75 GiB heap
+    and 38.22 GiB of temporaries. Told the usable budget it packs as libtpu
+    0.0.42 does (20.56 GiB of heap, 23.86 of temporaries). A program above
+    that budget could not be planned anyway (temporaries are at least the
+    heap), so the limit refuses none a plan would take.
+    """
+    if acc.platform != "tpu":
+        return None
+    return {"xla_tpu_max_hbm_size_mib": str(usable(acc.budget) // 2**20)}
+
+
 def budget_for(need: int) -> float:
     """The budget whose `usable` part is ``need`` bytes (the inverse of `usable`)."""
     return need / (1 - SAFETY_MARGIN)

@@ -22,6 +22,7 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from jax.sharding import Mesh
 
+from cogvideox_torchax.memory import budget
 from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import distributed, sharding
 from cogvideox_torchax.platforms import accelerators
@@ -276,7 +277,10 @@ class ProgramCache:
                 # A compile-only device's executable cannot be read back from JAX's persistent cache.
                 cache = _no_compile_cache() if key.accelerator is not None else contextlib.nullcontext()
                 with cache:
-                    program.executables[kind, shape] = lowered.compile(compiler_options=compiler_options(program.plan))
+                    options = dict(compiler_options(program.plan) or {})
+                    if key.accelerator is not None:
+                        options.update(budget.compiler_options(key.accelerator) or {})
+                    program.executables[kind, shape] = lowered.compile(compiler_options=options or None)
             return program.executables[kind, shape]
 
     def compiled(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Compiled | None:

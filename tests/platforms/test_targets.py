@@ -33,6 +33,10 @@ def test_known_targets_and_their_budgets():
     # GPUs: JAX's default 75 % preallocation; TPUs: the HBM their compiler reports.
     assert accelerators.get("h100").budget == int(84_942_979_072 * 0.75)
     assert accelerators.get("v6e-1").budget == int(31.25 * 2**30) and accelerators.get("v5e-8").budget == int(15.75 * 2**30)
+    # TPU programs are compiled told the plans' usable HBM (libtpu 0.0.50 packs loosely below the chip's):
+    # 90 % of 31.25 GiB; GPUs take no such option.
+    assert budget.compiler_options(accelerators.get("v6e-1")) == {"xla_tpu_max_hbm_size_mib": "28800"}
+    assert budget.compiler_options(accelerators.get("h200")) is None
     with pytest.raises(ValueError, match="known targets: h100, h200, b200"):
         accelerators.get("a100")
     with pytest.raises(ValueError, match="needs 16 devices; target v6e-8 has 8"):
