@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cogvideox_torchax.cli import agreement, command, interrupts, options, out_of_memory, stages
+from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
 from cogvideox_torchax.cli.decode_config import DecodeConfig
 from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.cli.options import add_model_arguments
@@ -173,7 +173,18 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
         video.check_mp4_size(*latents.frame_size(vae.config, z.shape))
     streamed, why_not_streamed = _stream_plan(config, vae, z, kind)
     if streamed is not None:
-        return _decode_streamed(config, vae, z, kind, staged, streamed, layout=layout, load=load, cache_dir=cache_dir)
+        try:
+            with _out_of_memory_unless_auto(vae, "decoding latents of", z.shape):
+                return _decode_streamed(
+                    config, vae, z, kind, staged, streamed, layout=layout, load=load, cache_dir=cache_dir
+                )
+        except Exception as e:
+            if isinstance(e, errors.OutOfMemory) or not out_of_memory.is_out_of_memory(e):
+                raise
+            # Under "auto", as the library's retry: once more, on the planner's plan.
+            why_not_streamed = "the streamed decode ran out of memory"
+            errors.say(f"out of memory while streaming latents of shape {tuple(z.shape)}; "
+                       "decoding with the memory plan instead")
     started = time.perf_counter()
 
     # mp4 and PNG take uint8 frames, made on device (a quarter of the fp32
@@ -280,13 +291,25 @@ def _stream_plan(config: DecodeConfig, vae, z, kind: str) -> tuple[Any, str | No
     if why is not None:
         return None, why
     plans = []
-    with out_of_memory.out_of_memory_as_exit_3("compiling the streamed decode of", tuple(z.shape)):
-        compiled = stages.compile_stage(lambda shape: plans.append(vae.stream_plan(shape)), z.shape, config.run)
+    try:
+        with _out_of_memory_unless_auto(vae, "compiling the streamed decode of", z.shape):
+            compiled = stages.compile_stage(lambda shape: plans.append(vae.stream_plan(shape)), z.shape, config.run)
+    except Exception as e:
+        if isinstance(e, errors.OutOfMemory) or not out_of_memory.is_out_of_memory(e):
+            raise
+        return None, "compiling the streamed decode ran out of memory"
     plan = plans[0]
     if plan.budget is not None and plan.bytes > plan.budget:
         return None, (f"the streamed decode needs {plan.bytes / 2**30:.2f} GiB per device, above the "
                       f"{plan.budget / 2**30:.2f} GiB usable")
     return (plan, compiled), None
+
+
+def _out_of_memory_unless_auto(vae, what: str, shape):
+    """Exit 3 for out of memory under a given ``--max-memory``; under "auto" the caller falls back to the plan."""
+    if vae.memory_budget()[1] == "max_memory":
+        return out_of_memory.out_of_memory_as_exit_3(what, tuple(shape))
+    return contextlib.nullcontext()
 
 
 def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, *, layout, load, cache_dir):
@@ -310,8 +333,7 @@ def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, 
     )
     total = batch * frames_per_video
     with Stage("decode", total, "frame", config.run.quiet) as decode, \
-            Stage("write", total, "frame", config.run.quiet) as write, \
-            out_of_memory.out_of_memory_as_exit_3("decoding latents of", tuple(z.shape)):
+            Stage("write", total, "frame", config.run.quiet) as write:
         times = streamed_write.write_while_decoding(
             vae.decode_stream(z), open_writer, batch, check=check, on_decoded=decode.tick, on_written=write.tick,
             guard=lambda i, n: outputs.disk_full_named(staged.paths[i], n),

@@ -88,7 +88,7 @@ def _exhausted_first(monkeypatch, calls: int):
 def test_out_of_memory_under_auto_retries_once_with_the_next_plan(tmp_path, capsys, monkeypatch):
     seen = _exhausted_first(monkeypatch, calls=1)
     z = _latents(tmp_path)
-    argv = [str(z), *TINY[:-1], "-o", str(tmp_path / "out.mp4"), "--json"]
+    argv = [str(z), *TINY[:-1], "-o", str(tmp_path / "out.mp4"), "--json", "--no-stream"]
     assert decode.main(argv) == 0
     captured = capsys.readouterr()
     assert seen[0] == "whole" and seen[1].startswith("tiles of")
@@ -127,7 +127,7 @@ def test_out_of_memory_inside_the_vae_is_retried_once_by_the_command_alone(tmp_p
     z = _latents(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PlanReplacedWarning)
-        assert decode.main([str(z), *TINY[:-1], "-o", str(tmp_path / "out.mp4")]) == 0
+        assert decode.main([str(z), *TINY[:-1], "-o", str(tmp_path / "out.mp4"), "--no-stream"]) == 0
     err = capsys.readouterr().err
     assert runs[0] == "whole" and runs[1].startswith("tiles of") and len(runs) == 2
     assert err.count("retrying once with the tiles of") == 1 and (tmp_path / "out.mp4").exists()
@@ -137,7 +137,7 @@ def test_out_of_memory_twice_is_exit_3_naming_asked_bytes_and_the_flag(tmp_path,
     _exhausted_first(monkeypatch, calls=2)
     z = _latents(tmp_path)
     before = sorted(tmp_path.rglob("*"))
-    assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4")]) == 3
+    assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4"), "--no-stream"]) == 3
     err = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
     assert err.startswith("error: out of memory decoding latents of shape (1, 4, 1, 8, 12)") and "asked 1.50MiB" in err
     assert "the plan (tiles of" in err  # the retried plan's bytes, then what would come next
@@ -148,7 +148,7 @@ def test_out_of_memory_twice_is_exit_3_naming_asked_bytes_and_the_flag(tmp_path,
 def test_out_of_memory_with_a_given_budget_names_the_flag_that_would_fit(tmp_path, capsys, monkeypatch):
     _exhausted_first(monkeypatch, calls=1)
     z = _latents(tmp_path)
-    assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4"), "--max-memory", "1GiB"]) == 3
+    assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4"), "--max-memory", "1GiB", "--no-stream"]) == 3
     err = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
     compiled = re.search(r"the plan \(whole\) compiled to (\d+\.\d) MiB per device", err)
     assert compiled and 0.5 < float(compiled.group(1)) < 4, err  # the tiny whole decode, about 1.1 MiB
@@ -166,3 +166,26 @@ def test_next_plan_reported_but_not_chosen_keeps_the_plan(tiny_vae):
     smaller = tiny_vae.next_plan(shape, choose=False)
     assert smaller.name.startswith("tiles of") and smaller.bytes < plan.bytes
     assert tiny_vae.planned(shape) == plan and tiny_vae.compile_decode(shape) is executable
+
+
+def test_out_of_memory_while_streaming_under_auto_decodes_with_the_plan_instead(tmp_path, capsys, monkeypatch):
+    import jax
+
+    import cogvideox_torchax as ct
+
+    def exhausted(self, z, **kwargs):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.50MiB.")
+        yield  # a generator, as decode_stream is
+
+    monkeypatch.setattr(ct.TorchaxVAE, "decode_stream", exhausted)
+    z = _latents(tmp_path)
+    assert decode.main([str(z), *TINY[:-1], "-o", str(tmp_path / "out.mp4"), "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["streamed"] is False and "ran out of memory" in summary["stream_why_not"]
+    assert summary["memory_plan"]["name"] == "whole" and (tmp_path / "out.mp4").exists()
+    assert "out of memory while streaming" in captured.err
+    # Under a given --max-memory the same is exit 3, nothing written.
+    before = sorted(tmp_path.iterdir())
+    argv = [str(z), *TINY[:-1], "-o", str(tmp_path / "again.mp4"), "--max-memory", "8GiB"]
+    assert decode.main(argv) == 3 and sorted(tmp_path.iterdir()) == before

@@ -291,6 +291,8 @@ def test_out_of_memory_is_exit_3_naming_the_shape(tmp_path, capsys, good, monkey
     def exhausted(self, shape, **kwargs):
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 96.00GiB.")
 
+    # The streamed decode's compile falls back to the plan's, which fails the same way.
+    monkeypatch.setattr(ct.TorchaxVAE, "stream_plan", exhausted)
     monkeypatch.setattr(ct.TorchaxVAE, "compile_decode", exhausted)
     before = tree(tmp_path)
     err = _refused(capsys, [good, *TINY, "-o", str(tmp_path / "v.mp4")], "out of memory", code=3)
