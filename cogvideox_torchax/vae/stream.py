@@ -61,6 +61,9 @@ def latent_batches(num_frames: int, per_batch: int) -> list[tuple[int, int]]:
 
 def why_not_streamed(module: Any, shape: tuple[int, ...], programs: ProgramCache) -> str | None:
     """Why latents of ``shape`` cannot stream on the own program, or None."""
+    if jax.process_count() > 1:
+        return ("the stream runs in one process: under jax.distributed each process holds only its own devices' "
+                "frames (decode_frames_jax, then gather)")
     _, _, _, height, width = shape
     if module.use_tiling and (width > module.tile_latent_min_width or height > module.tile_latent_min_height):
         return ("tiled decodes do not stream: upstream's tiled decode walks every frame of one tile before "
@@ -128,6 +131,10 @@ def stream(
     why = why_not_streamed(module, tuple(z.shape), programs)
     if why:
         raise ValueError(f"decode_stream: {why}")
+    return _chunks(programs, module, z, output, in_flight)  # checked now, decoded as the caller iterates
+
+
+def _chunks(programs: ProgramCache, module: Any, z: np.ndarray, output: str, in_flight: int) -> Iterator[VideoChunk]:
     ranges = latent_batches(z.shape[2], module.num_latent_frames_batch_size)
     mesh, weights = programs.mesh, programs.weights
 
