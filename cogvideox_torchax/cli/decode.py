@@ -285,8 +285,6 @@ def _stream_plan(config: DecodeConfig, vae, z, kind: str) -> tuple[Any, str | No
         return None, "--no-stream"
     if kind not in ("mp4", "png"):
         return None, f"a .{kind} output holds one array, written once the whole video is decoded"
-    if agreement.process_count() > 1:
-        return None, "under jax.distributed the video is gathered to process 0, then written"
     why = stream.why_not_streamed(vae.module, tuple(z.shape), vae.programs)
     if why is not None:
         return None, why
@@ -317,7 +315,7 @@ def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, 
     import numpy as np
 
     from cogvideox_torchax.cli import streamed_write
-    from cogvideox_torchax.io import outputs
+    from cogvideox_torchax.io import latents, outputs
     from cogvideox_torchax.memory import in_use
 
     plan, (compile_stage, cache_events) = streamed
@@ -342,8 +340,6 @@ def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, 
         in_use.report("decode")
     interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
     interrupts.commit(staged)
-    from cogvideox_torchax.io import latents
-
     height, width = latents.frame_size(vae.config, z.shape)
     return {
         **_summary(config, vae, z, kind, layout, [batch, 3, frames_per_video, height, width], plan),

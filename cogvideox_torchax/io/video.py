@@ -145,11 +145,6 @@ def encode_mp4(dest: Path, frames: np.ndarray, fps: float = 8, crf: int = 18, ti
         writer.write(frames, tick)
 
 
-def save_png_frames(dest: Path, frames: np.ndarray, tick=None) -> None:
-    """Writes ``(F, H, W, 3)`` uint8 frames as ``dest/frame_0000.png``, ... into an existing folder."""
-    FrameWriter(dest, "png").write(frames, tick)
-
-
 def save_raw(dest: Path, video: np.ndarray, kind: str) -> None:
     """Writes float frames at ``dest`` itself as ``kind`` ``"npy"`` or ``"safetensors"`` (key ``"video"``)."""
     if kind == "npy":
