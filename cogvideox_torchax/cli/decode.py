@@ -139,7 +139,7 @@ def _run_one(config: DecodeConfig) -> dict[str, Any]:
         with agreement.together("checking the outputs"):
             if agreement.is_primary():
                 outputs.check_outputs(paths, overwrite=config.overwrite)
-        return {**_dry_run(config, z), "outputs": [str(p) for p in paths]}
+        return {**_dry_run(config, z, kind), "outputs": [str(p) for p in paths]}
     # Every output path is checked, and its temporary entry made (the
     # writability probe), before anything expensive; on process 0 only.
     staged = None
@@ -150,19 +150,34 @@ def _run_one(config: DecodeConfig) -> dict[str, Any]:
         return _decode(config, z, kind, staged)
 
 
-def _dry_run(config: DecodeConfig, z) -> dict[str, Any]:
-    """Loads the model and plans the decode's memory (compiling, not running); writes nothing."""
+def _dry_run(config: DecodeConfig, z, kind: str | None) -> dict[str, Any]:
+    """Loads the model and plans the decode's memory as the run would (compiling, not running); writes nothing."""
+    from cogvideox_torchax.cli import stream_choice
     from cogvideox_torchax.io import latents
 
     _, vae, load = stages.load_together(config.run)
     z, layout = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
-    return {**stages.plan_stage(vae, z.shape, "decode", config.run, load), "latents_shape": list(z.shape), "layout": layout}
+    shape = tuple(z.shape)
+    why = "no output named" if kind is None else stream_choice.why_not(config.stream, kind, vae, shape,
+                                                                      config.run.model.target)
+    streamed = []
+
+    def streamed_plan():
+        plan, _, why_not = stream_choice.streamed_plan(vae, shape)
+        streamed.append(why_not)
+        return plan
+
+    program = "frames" if kind in stream_choice.STREAMED_KINDS else "decode"
+    summary = stages.plan_stage(vae, shape, program, config.run, load, None if why else streamed_plan)
+    why = why or (streamed[0] if streamed else None)
+    return {**summary, "latents_shape": list(shape), "layout": layout, "streamed": why is None, "stream_why_not": why}
 
 
 def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     import jax
     import numpy as np
 
+    from cogvideox_torchax.cli import stream_choice
     from cogvideox_torchax.io import latents, outputs, video
     from cogvideox_torchax.memory import in_use
     from cogvideox_torchax.parallel import distributed
@@ -174,7 +189,7 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     streamed, why_not_streamed = _stream_plan(config, vae, z, kind)
     if streamed is not None:
         try:
-            with _out_of_memory_unless_auto(vae, "decoding latents of", z.shape):
+            with stream_choice.unless_auto(vae, "decoding latents of", z.shape):
                 return _decode_streamed(
                     config, vae, z, kind, staged, streamed, layout=layout, load=load, cache_dir=cache_dir
                 )
@@ -279,35 +294,15 @@ def _summary(config: DecodeConfig, vae, z, kind: str, layout: str, video_shape: 
 
 def _stream_plan(config: DecodeConfig, vae, z, kind: str) -> tuple[Any, str | None]:
     """The streamed decode's plan (its two programs compiled, as the compile stage), or None and why not."""
-    from cogvideox_torchax.vae import stream
+    from cogvideox_torchax.cli import stream_choice
 
-    if not config.stream:
-        return None, "--no-stream"
-    if kind not in ("mp4", "png"):
-        return None, f"a .{kind} output holds one array, written once the whole video is decoded"
-    why = stream.why_not_streamed(vae.module, tuple(z.shape), vae.programs)
+    why = stream_choice.why_not(config.stream, kind, vae, tuple(z.shape))
     if why is not None:
         return None, why
-    plans = []
-    try:
-        with _out_of_memory_unless_auto(vae, "compiling the streamed decode of", z.shape):
-            compiled = stages.compile_stage(lambda shape: plans.append(vae.stream_plan(shape)), z.shape, config.run)
-    except Exception as e:
-        if isinstance(e, errors.OutOfMemory) or not out_of_memory.is_out_of_memory(e):
-            raise
-        return None, "compiling the streamed decode ran out of memory"
-    plan = plans[0]
-    if plan.budget is not None and plan.bytes > plan.budget:
-        return None, (f"the streamed decode needs {plan.bytes / 2**30:.2f} GiB per device, above the "
-                      f"{plan.budget / 2**30:.2f} GiB usable")
-    return (plan, compiled), None
-
-
-def _out_of_memory_unless_auto(vae, what: str, shape):
-    """Exit 3 for out of memory under a given ``--max-memory``; under "auto" the caller falls back to the plan."""
-    if vae.memory_budget()[1] == "max_memory":
-        return out_of_memory.out_of_memory_as_exit_3(what, tuple(shape))
-    return contextlib.nullcontext()
+    plan, compiled, why = stream_choice.streamed_plan(
+        vae, tuple(z.shape), lambda fn: stages.compile_stage(fn, z.shape, config.run)
+    )
+    return (None, why) if plan is None else ((plan, compiled), None)
 
 
 def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, *, layout, load, cache_dir):
@@ -372,6 +367,8 @@ def _print_summary(s: dict[str, Any]) -> None:
             f"plan for {s['latents_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
             f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
         )
+        if not s["streamed"]:
+            print(f"  not streamed: {s['stream_why_not']}")
         stages.print_target(s)
         return
     print(

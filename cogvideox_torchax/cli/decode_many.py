@@ -10,6 +10,7 @@ files and the run goes on; the exit code is then `errors.EXIT_SOME_FAILED`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -64,6 +65,9 @@ def run(config: DecodeConfig) -> dict[str, Any]:
     kind = "decode" if raw else "frames"
     written: list[str] = []
     compile_s = 0.0
+    # Per shape: the streamed decode's plan, or None and why not (decided at its first batch).
+    streams: dict[tuple[int, ...], Any] = {}
+    why_not: dict[tuple[int, ...], str] = {}
     with Stage("decode", len(items), "video", config.run.quiet) as bar:
         for run_items in runs:
             shape = (batch_of[run_items[0].shape], *run_items[0].shape[1:])
@@ -72,6 +76,31 @@ def run(config: DecodeConfig) -> dict[str, Any]:
                 if agreement.is_primary():
                     z, unread = _read_run(config, vae, run_items, shape)
             z = distributed.share_array(z)
+            if shape not in streams:
+                t0 = time.perf_counter()
+                streams[shape], why = _stream_choice(config, vae, shape)
+                compile_s += time.perf_counter() - t0
+                if why is not None:
+                    why_not[shape] = why
+            if streams[shape] is not None:
+                try:
+                    done, failures = _stream_run(config, vae, z, run_items, unread, bar)
+                except Exception as e:
+                    if config.run.debug:
+                        raise
+                    if out_of_memory.is_out_of_memory(e) and vae.memory_budget()[1] != "max_memory":
+                        # Under "auto", as the one-file run: this shape decodes whole on the planner's plan.
+                        streams[shape], why_not[shape] = None, "the streamed decode ran out of memory"
+                        bar.write(f"out of memory while streaming latents of shape {shape}; "
+                                  "decoding with the memory plan instead")
+                    else:
+                        failed += _failures(run_items, errors.one_line(e), bar)
+                        bar.tick(len(run_items))
+                        continue
+                else:
+                    written += done
+                    failed += failures
+                    continue
             try:
                 with agreement.together(f"decoding latents of shape {shape}"):
                     t0 = time.perf_counter()
@@ -127,7 +156,9 @@ def run(config: DecodeConfig) -> dict[str, Any]:
         "shapes": [list(s) for s in shapes],
         "batch_size": size,
         **stages.run_fields(vae, load),
-        "memory_plans": _plans(vae, shapes, "decode" if raw else "frames"),
+        "memory_plans": _plans(vae, shapes, "decode" if raw else "frames", streams),
+        # Each shape's reason, where its videos were decoded whole and then written.
+        "stream_why_not": {str(list(s)): why for s, why in why_not.items()},
         # Several shapes compile: the cache is on, each one's hit or miss not told.
         **stages.compile_fields(compile_s, cache_dir, "on"),
         "decode_s": round(bar.seconds, 3),
@@ -135,9 +166,82 @@ def run(config: DecodeConfig) -> dict[str, Any]:
     }
 
 
-def _plans(vae, shapes: list[tuple[int, ...]], kind: str) -> dict[str, dict[str, Any]]:
-    plans = {str(list(s)): vae.planned(s, kind=kind) for s in shapes}
+def _plans(vae, shapes: list[tuple[int, ...]], kind: str, streams: dict) -> dict[str, dict[str, Any]]:
+    plans = {str(list(s)): streams.get(s) or vae.planned(s, kind=kind) for s in shapes}
     return {k: p.as_dict() for k, p in plans.items() if p is not None}
+
+
+def _stream_choice(config: DecodeConfig, vae, shape: tuple[int, ...]) -> tuple[Any, str | None]:
+    """The streamed decode's plan for a batch shape (its programs compiled), or None and why not."""
+    from cogvideox_torchax.cli import stream_choice
+
+    why = stream_choice.why_not(config.stream, config.format, vae, shape)
+    if why is not None:
+        return None, why
+    try:
+        plan, _, why = stream_choice.streamed_plan(vae, shape)
+    except errors.OutOfMemory:  # under a given --max-memory: the planner's plan may still fit
+        return None, "compiling the streamed decode ran out of memory"
+    return plan, why
+
+
+def _stream_run(config: DecodeConfig, vae, z: np.ndarray, items: list[batch.Item], unread: dict[str, str],
+                bar: Stage) -> tuple[list[str], list[dict[str, Any]]]:
+    """Streams one batch: each video written (staged) while the next latent frames decode. One process only.
+
+    A video that cannot be read, staged or written, or whose frames are not
+    finite, fails alone; the others are moved in. Returns the outputs
+    written and the failures.
+    """
+    from cogvideox_torchax.cli import streamed_write
+    from cogvideox_torchax.io import outputs, video
+
+    problems: dict[int, str] = {i: unread[item.source] for i, item in enumerate(items) if item.source in unread}
+    nonfinite: set[int] = set()
+    written: list[str] = []
+    with contextlib.ExitStack() as stack:
+        staged: dict[int, outputs.StagedOutputs] = {}
+        for i, item in enumerate(items):
+            if i in problems:
+                continue
+            try:
+                Path(item.output).parent.mkdir(parents=False, exist_ok=True)
+                staged[i] = stack.enter_context(outputs.StagedOutputs([item.output], overwrite=config.overwrite))
+            except Exception as e:  # this video fails; the batch goes on
+                problems[i] = errors.one_line(e)
+
+        def open_writer(i: int):
+            if i not in staged:  # unread, unstaged, or the batch's padding
+                return None
+            return video.FrameWriter(staged[i].temps[0], config.format, fps=config.fps, crf=config.crf,
+                                     encoder=config.encoder, preset=config.preset)
+
+        def failed_video(i: int, error: Exception | None) -> None:
+            if error is None:
+                nonfinite.add(i)
+            else:
+                problems[i] = errors.one_line(error)
+
+        streamed_write.write_while_decoding(
+            vae.decode_stream(z), open_writer, z.shape[0], check=lambda chunk: None, on_decoded=lambda n: None,
+            on_written=lambda: None, guard=lambda i, n: outputs.disk_full_named(Path(items[i].output), n),
+            failed_video=failed_video,
+        )
+        for i in nonfinite:
+            problems.setdefault(i, out_of_memory.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max())))
+        failures: list[dict[str, Any]] = []
+        for i, item in enumerate(items):
+            if i not in problems:
+                try:
+                    interrupts.commit(staged[i])
+                    written.append(item.output)
+                except Exception as e:
+                    problems[i] = errors.one_line(e)
+            if i in problems:
+                failures += _failures([item], problems[i], bar)
+            bar.tick()
+            interrupts.check_interrupted()
+    return written, failures
 
 
 def _find_inputs(config: DecodeConfig, out_dir: Path) -> list[Path]:
@@ -300,10 +404,13 @@ def _failures(items: list, error: str, bar: Stage) -> list[dict[str, Any]]:
 def _dry_run(config: DecodeConfig, vae, load: Stage, work: dict[str, Any], shapes: list[tuple[int, ...]], size: int) -> dict[str, Any]:
     """Plans every batch shape's memory (compiled, not run); writes nothing."""
     kind = "decode" if config.format in ("npy", "safetensors") else "frames"
-    plans = {}
+    plans, why_not = {}, {}
     for shape in shapes:
         with agreement.together("planning"), out_of_memory.out_of_memory_as_exit_3("planning the decode of", shape):
-            plans[str(list(shape))] = vae.memory_plan(shape, kind=kind).as_dict()
+            plan, why = _stream_choice(config, vae, shape)
+            if why is not None:
+                why_not[str(list(shape))] = why
+            plans[str(list(shape))] = (plan or vae.memory_plan(shape, kind=kind)).as_dict()
     return {
         "many": True,
         "dry_run": True,
@@ -315,6 +422,7 @@ def _dry_run(config: DecodeConfig, vae, load: Stage, work: dict[str, Any], shape
         "batch_size": size,
         **stages.run_fields(vae, load),
         "memory_plans": plans,
+        "stream_why_not": why_not,
     }
 
 

@@ -102,12 +102,21 @@ def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[in
     return stage, cache_events
 
 
-def plan_stage(vae, shape: tuple[int, ...], kind: str, run: options.RunOptions, load: Stage) -> dict[str, Any]:
-    """``--dry-run``'s "plan" stage: the memory plan of ``shape`` (compiled, not run) and its summary fields."""
+def plan_stage(
+    vae, shape: tuple[int, ...], kind: str, run: options.RunOptions, load: Stage, plan_with: Callable[[], Any] | None = None
+) -> dict[str, Any]:
+    """``--dry-run``'s "plan" stage: the memory plan of ``shape`` (compiled, not run) and its summary fields.
+
+    ``plan_with()`` makes the plan instead of `TorchaxVAE.memory_plan` (the
+    streamed decode's); it returns None when that way does not fit, and the
+    memory plan is made then.
+    """
     target = run.model.target
     with agreement.together("planning"), out_of_memory.out_of_memory_as_exit_3(f"planning the {kind} of", shape):
         with Stage("plan", 1, "shape", run.quiet) as stage:
-            plan = vae.memory_plan(tuple(shape), kind=kind, target=target, mesh=run.model.mesh if target else None)
+            plan = plan_with() if plan_with is not None else None
+            if plan is None:
+                plan = vae.memory_plan(tuple(shape), kind=kind, target=target, mesh=run.model.mesh if target else None)
             stage.tick()
     summary = {"dry_run": True, **run_fields(vae, load), "memory_plan": plan.as_dict(), "plan_s": round(stage.seconds, 3)}
     if target is not None:

@@ -10,6 +10,7 @@ staged entries are then discarded by their owner, nothing is moved in.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
 import threading
@@ -64,12 +65,14 @@ def write_while_decoding(
     on_written: Callable[[], None],
     guard: Callable[[int, int], Any],
     queue_size: int = 2,
+    failed_video: Callable[[int, Exception | None], None] | None = None,
 ) -> StreamTimes:
     """Feeds each chunk's per-video frames to ``open_writer(i)``'s writer on a thread while the next chunk decodes.
 
     Args:
         chunks: `VideoChunk` s in order (``data`` uint8 ``(B, F, H, W, 3)``).
-        open_writer: a `FrameWriter` (a context manager) for video ``i``.
+        open_writer: a `FrameWriter` for video ``i``, or None for a video
+            not written (a batch's padding).
         videos: how many videos (``B``).
         check: called on each chunk before it is queued (raises to stop,
             e.g. on frames that were not finite).
@@ -78,6 +81,10 @@ def write_while_decoding(
         guard: ``guard(i, nbytes)``, a context manager around writing
             ``nbytes`` of video ``i`` (naming the output on a full disk).
         queue_size: batches that may wait for the writer.
+        failed_video: where given, one video's failure ends only that video:
+            a video whose frames are not finite (``None``) or whose writer
+            raised (the error) is reported through it and written no more,
+            and the others go on. Without it any failure ends the run.
 
     Returns:
         The run's `StreamTimes`.
@@ -94,12 +101,11 @@ def write_while_decoding(
     def writer() -> None:
         done = False
         try:
-            with _Writers(open_writer, videos, guard) as writers:
+            with _Writers(open_writer, videos, guard, failed_video) as writers:
                 while not (done := (chunk := work.get()) is _DONE):
                     t = time.perf_counter()
                     for i, frames in enumerate(chunk.data):
-                        with guard(i, frames.nbytes):
-                            writers[i].write(frames, on_written)
+                        writers.write(i, frames, bool(chunk.finite[i]), on_written)
                     busy[0] += time.perf_counter() - t
                 t = time.perf_counter()
             busy[0] += time.perf_counter() - t  # closing flushes the encoders
@@ -147,23 +153,65 @@ def _put_done(work: queue.Queue, thread: threading.Thread) -> None:
 
 
 class _Writers:
-    """One open writer per video; all closed on the way out (a failure's partial files are the caller's to drop)."""
+    """One open writer per video; all closed on the way out (a failure's partial files are the caller's to drop).
 
-    def __init__(self, open_writer: Callable[[int], Any], videos: int, guard: Callable[[int, int], Any]):
-        self._writers = [open_writer(i) for i in range(videos)]
-        self._guard = guard
+    With ``failed_video`` a video's failure (opening, writing, closing, or
+    frames that are not finite) closes and drops its writer only.
+    """
 
-    def __enter__(self) -> list[Any]:
-        return self._writers
+    def __init__(self, open_writer: Callable[[int], Any], videos: int, guard: Callable[[int, int], Any],
+                 failed_video: Callable[[int, Exception | None], None] | None):
+        self._guard, self._failed = guard, failed_video
+        self._writers: list[Any] = []
+        for i in range(videos):
+            try:
+                self._writers.append(open_writer(i))
+            except Exception as e:
+                if failed_video is None:
+                    self.__exit__(type(e), e, None)
+                    raise
+                self._writers.append(None)
+                failed_video(i, e)
+
+    def __enter__(self) -> _Writers:
+        return self
+
+    def write(self, i: int, frames: Any, finite: bool, tick: Callable[[], None]) -> None:
+        """Appends video ``i``'s frames (frames that are not finite: only with ``failed_video``, which drops it)."""
+        writer = self._writers[i]
+        if writer is None:
+            return
+        if self._failed is not None and not finite:
+            self._drop(i, None)
+            return
+        try:
+            with self._guard(i, frames.nbytes):
+                writer.write(frames, tick)
+        except Exception as e:
+            if self._failed is None:
+                raise
+            self._drop(i, e)
+
+    def _drop(self, i: int, error: Exception | None) -> None:
+        writer, self._writers[i] = self._writers[i], None
+        with contextlib.suppress(Exception):  # the video is failed already; its entry is the caller's to drop
+            writer.close()
+        self._failed(i, error)
 
     def __exit__(self, *exc: object) -> None:
         errors = []
         for i, w in enumerate(self._writers):
+            if w is None:
+                continue
             try:
                 with self._guard(i, None):
                     w.close()
             except Exception as e:  # noqa: BLE001  (the first is raised below)
-                errors.append(e)
+                if self._failed is not None:
+                    self._writers[i] = None
+                    self._failed(i, e)
+                else:
+                    errors.append(e)
         if errors and exc[0] is None:
             raise errors[0]
 

@@ -130,8 +130,69 @@ def test_dry_run_plans_each_shape_and_reports_bad_inputs(tmp_path, capsys):
     assert [f["input"] for f in summary["failed"]] == [str(tmp_path / "in" / "bad.safetensors")]
     # A shape with fewer videos than --batch-size runs at its own count: 2 pair videos, 3 others.
     assert sorted(summary["memory_plans"]) == ["[2, 4, 2, 4, 4]", "[3, 4, 3, 4, 6]"]
-    assert all(p["name"] == "whole" for p in summary["memory_plans"].values())
+    # mp4 by default: each shape's videos would stream, within the budget.
+    assert all(p["name"] == "streamed" for p in summary["memory_plans"].values())
+    assert summary["stream_why_not"] == {}
     assert not out.exists()
+    assert main([str(tmp_path / "in"), "--output-dir", str(out), "--format", "npy", "--dry-run", *TINY, "--json"]) == 4
+    summary = json.loads(capsys.readouterr().out)
+    assert all(p["name"] == "whole" for p in summary["memory_plans"].values())
+    assert all("one array" in why for why in summary["stream_why_not"].values()) and len(summary["stream_why_not"]) == 2
+
+
+def test_many_latents_stream_each_video_and_write_what_the_whole_decode_writes(tmp_path, capsys):
+    from cogvideox_torchax.io import video
+
+    _inputs(tmp_path / "in")
+    (tmp_path / "in" / "bad.safetensors").unlink()
+    runs = {}
+    for mode in ("stream", "whole"):
+        # Lossless, so the frames compare exactly whatever libx264 decides.
+        flags = ["--crf", "0", "--batch-size", "2"] + (["--no-stream"] if mode == "whole" else [])
+        assert main([str(tmp_path / "in"), "--output-dir", str(tmp_path / mode), *TINY, "--json", *flags]) == 0
+        runs[mode] = json.loads(capsys.readouterr().out)
+    s, w = runs["stream"], runs["whole"]
+    assert s["shapes"] == w["shapes"] == [[2, 4, 2, 4, 4], [2, 4, 3, 4, 6]]  # v2 rides with padding
+    assert [p["name"] for p in s["memory_plans"].values()] == ["streamed", "streamed"] and s["stream_why_not"] == {}
+    assert set(w["stream_why_not"].values()) == {"--no-stream"}
+    names = ["pair_0.mp4", "pair_1.mp4", "v0.mp4", "v1.mp4", "v2.mp4"]
+    assert sorted(p.name for p in (tmp_path / "stream").iterdir()) == names
+    for name in names:
+        got, want = (video.read_mp4(tmp_path / mode / name)[0] for mode in ("stream", "whole"))
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_in_a_streamed_batch_one_failing_video_spares_the_others(tmp_path, capsys, monkeypatch):
+    from cogvideox_torchax.io import video
+
+    (tmp_path / "in").mkdir()
+    for i in range(3):
+        z = _z((1, 4, 9, 4, 6), seed=i)
+        if i == 0:
+            z[0, :, 8] = 6e4  # only v0's last latent frame batch overflows float16
+        save_file({"latents": z}, tmp_path / "in" / f"v{i}.safetensors")
+    real = video.FrameWriter.write
+
+    def write(self, frames, tick=None):  # v1's writer fails in a way of its own, mid-video
+        if "v1" in str(self.dest) and self.count > 0:
+            raise RuntimeError("disk said no")
+        real(self, frames, tick)
+
+    monkeypatch.setattr(video.FrameWriter, "write", write)
+    out = tmp_path / "out"
+    argv = [str(tmp_path / "in"), "--output-dir", str(out), *TINY, "--dtype", "float16", "--no-unscale",
+            "--batch-size", "3", "--json"]
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 4, captured.err
+    summary = json.loads(captured.out)
+    assert summary["memory_plans"]["[3, 4, 9, 4, 6]"]["name"] == "streamed"
+    failed = {f["input"].rsplit("/", 1)[-1]: f["error"] for f in summary["failed"]}
+    assert set(failed) == {"v0.safetensors", "v1.safetensors"}
+    assert "NaN or Inf" in failed["v0.safetensors"] and failed["v1.safetensors"] == "RuntimeError: disk said no"
+    # v2 whole and playable; nothing of v0 or v1, no temporary left behind.
+    assert sorted(p.name for p in out.iterdir()) == ["v2.mp4"]
+    assert video.read_mp4(out / "v2.mp4")[0].shape == (33, 32, 48, 3)
 
 
 def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_path, capsys, monkeypatch, library):

@@ -23,8 +23,14 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     before = sorted(tmp_path.rglob("*"))
     assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4"), "--dry-run", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["dry_run"] is True and summary["memory_plan"]["name"] == "whole"
+    # As the run would: an mp4 streams when its programs fit the budget.
+    assert summary["dry_run"] is True and summary["memory_plan"]["name"] == "streamed" and summary["streamed"] is True
     assert 0 < summary["memory_plan"]["bytes"] <= summary["memory_plan"]["budget"]
+    for flags, why in ((["--no-stream"], "--no-stream"), (["-o", str(tmp_path / "out.npy")], "one array")):
+        assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4"), "--dry-run", "--json", *flags]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["memory_plan"]["name"] == "whole" and summary["streamed"] is False
+        assert why in summary["stream_why_not"]
     assert sorted(tmp_path.rglob("*")) == before
 
 

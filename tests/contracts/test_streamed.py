@@ -121,7 +121,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
 
 
 def _peak_rss(tmp_path, t: int) -> int:
-    z = torch.randn((1, 4, t, 4, 4), generator=torch.Generator().manual_seed(t))
+    z = torch.randn((1, 4, t, 16, 16), generator=torch.Generator().manual_seed(t))
     save_file({"z": z}, tmp_path / f"z{t}.safetensors")
     argv = [sys.executable, "-m", "cogvideox_torchax.decode", str(tmp_path / f"z{t}.safetensors"), *TINY,
             "-o", str(tmp_path / f"v{t}.mp4"), "--preset", "ultrafast"]
@@ -133,7 +133,11 @@ def _peak_rss(tmp_path, t: int) -> int:
 def test_a_thousand_latent_frames_decode_in_the_host_memory_of_ten(tmp_path):
     short, long = _peak_rss(tmp_path, 10), _peak_rss(tmp_path, 1000)
     frames, _ = video.read_mp4(tmp_path / "v1000.mp4")
-    assert frames.shape == (4000, 32, 32, 3)
-    # The whole video is 4000 x 32 x 32 x 3 = 12 MiB as uint8 and 49 MiB as the
-    # decoder's fp32 on the device (the host, here); streamed, neither is held.
-    assert long <= short + 24 * 2**20, (short / 2**20, long / 2**20)
+    assert frames.shape == (4000, 128, 128, 3)
+    # The whole video is 4000 x 128 x 128 x 3 = 188 MiB as uint8 and 750 MiB as the
+    # decoder's fp32 on the device (the host, here); streamed, neither is held. The
+    # margin is half the uint8 video: a long run's peak sits 25 to 52 MiB above a
+    # 10-frame run's at this frame size (two batches' temporaries in flight from the
+    # start, more threads' malloc arenas touched; seen on both stacks, busy or quiet),
+    # and stays flat from its first seconds to its last.
+    assert long <= short + 96 * 2**20, (short / 2**20, long / 2**20)
