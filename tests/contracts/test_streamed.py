@@ -141,3 +141,28 @@ def test_a_thousand_latent_frames_decode_in_the_host_memory_of_ten(tmp_path):
     # start, more threads' malloc arenas touched; seen on both stacks, busy or quiet),
     # and stays flat from its first seconds to its last.
     assert long <= short + 96 * 2**20, (short / 2**20, long / 2**20)
+
+
+def test_a_video_whose_whole_decode_does_not_fit_streams_within_the_budget(tmp_path, capsys):
+    import cogvideox_torchax as ct
+    from cogvideox_torchax.memory import budget
+
+    shape = (1, 4, 17, 4, 6)
+    vae = ct.wrap(ct.random_upstream("tiny", seed=0), mesh="dp=1,tp=1")
+    streamed = vae.stream_plan(shape).bytes
+    # A budget between the streamed decode's bytes and the smallest whole or tiled plan's.
+    max_memory = int(budget.budget_for(streamed * 1.05))
+    others = vae.planner.measure_all("frames", shape)
+    assert min(p.bytes for p in others) > budget.usable(max_memory), [(p.name, p.bytes) for p in others]
+    z = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    save_file({"z": z}, tmp_path / "z.safetensors")
+    argv = [str(tmp_path / "z.safetensors"), *TINY, "--no-unscale", "--max-memory", f"{max_memory}B", "--json"]
+    assert decode.main([*argv, "-o", str(tmp_path / "v.mp4")]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["streamed"] is True and s["memory_plan"]["name"] == "streamed"
+    assert s["memory_plan"]["bytes"] == streamed and s["video_shape"] == [1, 3, 65, 32, 48]
+    # Whole, the same budget has no plan: exit 3, nothing written.
+    before = tree(tmp_path)
+    assert decode.main([*argv, "-o", str(tmp_path / "w.mp4"), "--no-stream"]) == 3
+    assert "no plan for the decode of (1, 4, 17, 4, 6) fits" in capsys.readouterr().err
+    assert tree(tmp_path) == before
