@@ -94,16 +94,17 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
         row["plan"] = vae.plan_for(acc.platform).as_dict()
         t0 = time.perf_counter()
         lowered = vae.lower_decode(shape, target=acc.name, mesh=key.mesh)
+        options = vae.programs.compiler_options(key)  # the library's own for the target
     else:
         port = flax_vae.abstract(upstream.config, dtype="bfloat16", mesh=on)
         row["build_s"] = round(time.perf_counter() - t_build, 2)
         t0 = time.perf_counter()
         lowered = port.lower(shape)
+        options = _port_compiler_options(acc)
     t1 = time.perf_counter()
     row["trace_lower_s"] = round(t1 - t0, 2)
     try:
-        # The library's options for the target (a TPU's HBM limit, `budget.compiler_options`), both systems.
-        compiled = lowered.compile(compiler_options=budget.compiler_options(acc))
+        compiled = lowered.compile(compiler_options=options)
     except Exception as e:  # a TPU compile refused for memory says how much it needed
         needed = budget.refused_bytes(e)
         if needed is None:
@@ -118,6 +119,19 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
     row["compiled"] = hlo.compiled_summary(text)
     row["_hlo"] = text
     return row
+
+
+def _port_compiler_options(acc) -> dict[str, Any] | None:
+    """The port's compile takes the library's compiler configuration for the target, not our patches' options.
+
+    That is the platform's own options (`PlatformProfile.compiler_options`,
+    XLA:GPU's scheduler as jax 0.10.2 set it) and the target's (a TPU's HBM
+    limit, `budget.compiler_options`).
+    """
+    from cogvideox_torchax.platforms.profiles import profile
+
+    options = {**profile(acc.platform).compiler_options, **(budget.compiler_options(acc) or {})}
+    return options or None
 
 
 def _run_child(system: str, target: str, args: argparse.Namespace, shape: tuple[int, ...]) -> dict[str, Any]:

@@ -141,9 +141,25 @@ def compiler_options(acc: Any) -> dict[str, str] | None:
     that budget could not be planned anyway (temporaries are at least the
     heap), so the limit refuses none a plan would take.
     """
-    if acc.platform != "tpu":
+    return _hbm_limit(acc.platform, acc.budget)
+
+
+def attached_compiler_options(mesh: Mesh) -> dict[str, str] | None:
+    """`compiler_options` for programs that run on ``mesh``'s own devices: on TPUs, the HBM limit at `usable`.
+
+    The capacity is the devices' ``bytes_limit`` (`device_capacity`), the
+    figure ``max_memory="auto"`` plans against.
+    """
+    platform = mesh.devices.flat[0].platform
+    if platform != "tpu":
         return None
-    return {"xla_tpu_max_hbm_size_mib": str(usable(acc.budget) // 2**20)}
+    return _hbm_limit(platform, device_capacity(mesh)[0])
+
+
+def _hbm_limit(platform: str, capacity: int) -> dict[str, str] | None:
+    if platform != "tpu":
+        return None
+    return {"xla_tpu_max_hbm_size_mib": str(usable(capacity) // 2**20)}
 
 
 def budget_for(need: int) -> float:

@@ -9,6 +9,8 @@ it. `apply_plan` patches a module with the result.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from jax.sharding import Mesh
 
@@ -88,9 +90,9 @@ def apply_plan(module: torch.nn.Module, plan: RunPlan, mesh: Mesh) -> None:
             patch.apply(module, plan, mesh)
 
 
-def compiler_options(plan: RunPlan) -> dict[str, str] | None:
-    """The XLA options the plan's program needs (its patches' `Patch.compiler_options`), or None."""
-    options: dict[str, str] = {}
+def compiler_options(plan: RunPlan) -> dict[str, Any] | None:
+    """The XLA options the plan's program needs (its platform's, its patches' `Patch.compiler_options`), or None."""
+    options: dict[str, Any] = dict(plan.placement.profile.compiler_options)
     for patch in patches():
         if plan.applies(patch.switch):
             options.update(patch.compiler_options(plan.placement) or {})

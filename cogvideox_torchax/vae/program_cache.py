@@ -277,11 +277,18 @@ class ProgramCache:
                 # A compile-only device's executable cannot be read back from JAX's persistent cache.
                 cache = _no_compile_cache() if key.accelerator is not None else contextlib.nullcontext()
                 with cache:
-                    options = dict(compiler_options(program.plan) or {})
-                    if key.accelerator is not None:
-                        options.update(budget.compiler_options(key.accelerator) or {})
-                    program.executables[kind, shape] = lowered.compile(compiler_options=options or None)
+                    program.executables[kind, shape] = lowered.compile(compiler_options=self.compiler_options(key))
             return program.executables[kind, shape]
+
+    def compiler_options(self, key: ProgramKey) -> dict[str, Any] | None:
+        """The XLA options ``key``'s programs compile with: the plan's, and a TPU's HBM limit (named or attached)."""
+        program = self.program(key)
+        options = dict(compiler_options(program.plan) or {})
+        if key.accelerator is not None:
+            options.update(budget.compiler_options(key.accelerator) or {})
+        elif program.plan.placement.platform == mesh_platform(self.mesh_of(key)):  # runs here, not only lowered
+            options.update(budget.attached_compiler_options(self.mesh_of(key)) or {})
+        return options or None
 
     def compiled(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Compiled | None:
         """The executable `compile` keeps for ``kind`` and ``shape``, or None (compiles nothing)."""

@@ -22,7 +22,6 @@ import numpy as np
 
 from cogvideox_torchax.memory import budget
 from cogvideox_torchax.parallel import sharding
-from cogvideox_torchax.platforms.build import compiler_options
 from cogvideox_torchax.vae.program_cache import _INT64_WARNING, TRACING, ProgramKey
 
 if TYPE_CHECKING:
@@ -86,7 +85,7 @@ def _compile(programs: ProgramCache, first: bool, output: str, shape: tuple[int,
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
                 args = (programs.weights, spec) if first else (programs.weights, spec, cache)
                 lowered = program.stream_jits[first, output].trace(*args).lower()
-            program.executables[name, shape] = lowered.compile(compiler_options=compiler_options(program.plan))
+            program.executables[name, shape] = lowered.compile(compiler_options=programs.compiler_options(key))
         return program.executables[name, shape]
 
 

@@ -32,11 +32,10 @@ from cogvideox_torchax.memory.planner import Planner
 from cogvideox_torchax.memory.retry import retry_out_of_memory
 from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import sharding
-from cogvideox_torchax.platforms.build import compiler_options
 from cogvideox_torchax.platforms.run_plan import RunPlan
 from cogvideox_torchax.vae import stream
 from cogvideox_torchax.vae.ahead_of_time import AheadOfTime
-from cogvideox_torchax.vae.program_cache import ProgramCache, to_host_torch, to_numpy
+from cogvideox_torchax.vae.program_cache import ProgramCache, ProgramKey, to_host_torch, to_numpy
 from cogvideox_torchax.vae.stream import VideoChunk
 from cogvideox_torchax.vae.upstream_surface import (
     INFERENCE_SURFACE,
@@ -166,9 +165,9 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         return self.plan.placement.platform
 
     @property
-    def compiler_options(self) -> dict[str, str] | None:
+    def compiler_options(self) -> dict[str, Any] | None:
         """XLA options `compile_decode` and `compile_encode` pass; use them to compile a `lower_*` result yourself."""
-        return compiler_options(self.plan)
+        return self.programs.compiler_options(ProgramKey())
 
     @property
     def dtype(self) -> torch.dtype:

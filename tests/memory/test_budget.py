@@ -85,3 +85,32 @@ def test_candidate_tiles_keep_upstreams_grid_consistent(frame, overlaps):
     for tiling in (c.tiling for c in budget.tiled_candidates(frame, 8, overlaps)):
         for px, overlap in zip((tiling["tile_sample_min_height"], tiling["tile_sample_min_width"]), overlaps):
             assert px - int(px * overlap) == 8 * int(px // 8 * (1 - overlap))
+
+
+class _Chip:
+    def __init__(self, platform, bytes_limit):
+        self.platform, self.process_index, self._limit = platform, 0, bytes_limit
+        self.device_kind = "TPU v6 lite" if platform == "tpu" else "NVIDIA H200"
+
+    def memory_stats(self):
+        return {"bytes_limit": self._limit}
+
+
+def test_programs_for_an_attached_tpu_are_told_its_usable_hbm(tiny_vae, monkeypatch):
+    import numpy as np
+
+    from cogvideox_torchax.vae.program_cache import ProgramKey
+
+    class Mesh:  # the devices a mesh holds are all the budget reads
+        def __init__(self, platform):
+            self.devices = np.array([_Chip(platform, int(31.25 * 2**30))])
+
+    # One v6e chip attached: 90 % of its 31.25 GiB, as a named v6e-1 target gets.
+    assert budget.attached_compiler_options(Mesh("tpu")) == {"xla_tpu_max_hbm_size_mib": "28800"}
+    assert budget.attached_compiler_options(Mesh("gpu")) is None
+    assert budget.attached_compiler_options(tiny_vae.mesh) is None  # the CPU: no such option
+    # The program cache asks for it for the devices it runs on (here the CPU: only the plan's own options).
+    seen = []
+    monkeypatch.setattr(budget, "attached_compiler_options", lambda mesh: seen.append(mesh) or {"x": "1"})
+    assert tiny_vae.programs.compiler_options(ProgramKey())["x"] == "1" and seen == [tiny_vae.mesh]
+    assert tiny_vae.compiler_options["x"] == "1"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.platforms.build import build_plan
+from cogvideox_torchax.platforms.build import build_plan, compiler_options
 from cogvideox_torchax.platforms.profiles import MAX_CONV_ELEMENTS
 from cogvideox_torchax.platforms.run_plan import Placement
 
@@ -60,6 +60,9 @@ def test_gpu_bf16(platform):
     assert "time_tap_conv" not in plan.steps and "low_res_spatial_norm" in plan.steps
     # CUDA: the decoder's resnet blocks convolve in time chunks (compiled temp, H200).
     assert ("time_chunks" in plan.steps) == cuda
+    # CUDA: XLA:GPU's latency-hiding scheduler off, as jax 0.10.2 had it (jax 0.12's makes the H200 program larger).
+    options = compiler_options(plan) or {}
+    assert (options.get("xla_gpu_enable_latency_hiding_scheduler") is False) == cuda
 
 
 def test_cpu_bf16_keeps_the_fp32_bias_and_skips_time_taps():
