@@ -128,6 +128,7 @@ def _port_compiler_options(acc) -> dict[str, Any] | None:
     XLA:GPU's scheduler as jax 0.10.2 set it) and the target's (a TPU's HBM
     limit, `budget.compiler_options`).
     """
+    from cogvideox_torchax.memory import budget
     from cogvideox_torchax.platforms.profiles import profile
 
     options = {**profile(acc.platform).compiler_options, **(budget.compiler_options(acc) or {})}
