@@ -445,5 +445,7 @@ def print_summary(s: dict[str, Any]) -> None:
         f"  load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s for {len(s['shapes'])} shape(s) "
         f"(cache {s['compile_cache']}) | decode and write {s['decode_s']:.2f} s ({rate})"
     )
+    for shape, why in s["stream_why_not"].items() if s["format"] in ("mp4", "png") else ():
+        print(f"  {shape}: decoded whole, then written (not streamed: {why})")
     for f in s["failed"]:
         errors.say(f"  failed {f['input']!r}: {f['error']}")
