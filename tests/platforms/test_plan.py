@@ -182,7 +182,10 @@ def test_every_switch_is_a_registered_patch_in_the_declared_order():
     # A patch's compiler options come with it: XLA:CPU keeps cache_first's barriers only when told.
     assert compiler_options(cpu) == {"xla_disable_hlo_passes": "cse_barrier_expander"}
     assert compiler_options(build_plan(ct.RuntimeOptions(cache_first=False), Placement("cpu", "float32"))) is None
-    assert compiler_options(build_plan(ct.RuntimeOptions(), Placement("cuda", "bfloat16"))) is None
+    # CUDA: no patch options, only the platform's own (its scheduler as jax 0.10.2 had it).
+    assert compiler_options(build_plan(ct.RuntimeOptions(), Placement("cuda", "bfloat16"))) == {
+        "xla_gpu_enable_latency_hiding_scheduler": False
+    }
 
 
 _DEMO_PATCH = """
