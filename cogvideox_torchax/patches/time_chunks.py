@@ -95,7 +95,8 @@ def norm_act_conv(norm, act, conv, x: torch.Tensor, zq: torch.Tensor, norm_cache
     # for their second pass; below `whole_elements` that store is small and
     # the frames' reductions cost more compile time than it (1.5 headline,
     # H200: 15.42 -> 15.61 GiB, compile 12.4 -> 10.9 s; 2b: 5.82 -> 5.80).
-    activated, new_norm_cache = norm.frames(x, zq, norm_cache, by_frame=math.prod(x.shape) > whole_elements)
+    by_frame = math.prod(x.shape) > whole_elements
+    activated, new_norm_cache = norm.frames(x, zq, norm_cache, by_frame=by_frame)
     if activated is None:
         return None
     halo = conv.time_kernel_size - 1
@@ -107,7 +108,11 @@ def norm_act_conv(norm, act, conv, x: torch.Tensor, zq: torch.Tensor, norm_cache
         if start < halo:
             parts.append(head[:, :, start : min(stop, halo)])
         if stop > halo:
-            parts.append(act(activated(max(start - halo, 0), stop - halo)))
+            # Frame by frame: a range across the chunks x was joined from
+            # (an upsampler's) is normed as a join of its own, which jax
+            # 0.12's XLA:GPU stores apart from this input (1.5 headline,
+            # H200: 15.89 -> 15.67 GiB; 0.10.2's and the 2b's unchanged).
+            parts.extend(act(activated(t, t + 1)) for t in range(max(start - halo, 0), stop - halo))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
     outputs, new_cache, sides, done = [], None, [], 0
@@ -121,7 +126,15 @@ def norm_act_conv(norm, act, conv, x: torch.Tensor, zq: torch.Tensor, norm_cache
             tied["side"] = sides[-1]
         # Frames of x the next chunk does not read go to the side
         # computation after this chunk (through the barrier), not before.
-        free = frames if stop == frames else max(stop - halo, 0)
+        # Above `whole_elements` the frames go one chunk earlier, those the
+        # chunk after next does not read: their shortcut runs before the next
+        # barrier, while the next chunk's input, built alongside, still
+        # reads them. Otherwise jax 0.12's XLA:GPU builds that input first
+        # and holds a frame no chunk reads through it (1.5 headline, H200:
+        # 15.67 -> 15.39 GiB; 0.10.2 unchanged). Below it the 2b's 0.12
+        # program grows (5.690 -> 5.700 GiB; 0.10.2: 5.803 -> 5.618).
+        ahead = min(stop + per_chunk, frames) if by_frame else stop
+        free = frames if ahead == frames else max(ahead - halo, 0)
         if side is not None and free > done:
             # Frame by frame: a range across the chunks x was joined from
             # would be stored joined.
