@@ -157,9 +157,8 @@ def _dry_run(config: DecodeConfig, z, kind: str | None) -> dict[str, Any]:
 
     _, vae, load = stages.load_together(config.run)
     z, layout = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
-    shape = tuple(z.shape)
-    why = "no output named" if kind is None else stream_choice.why_not(config.stream, kind, vae, shape,
-                                                                      config.run.model.target)
+    shape, target = tuple(z.shape), config.run.model.target
+    why = "no output named" if kind is None else stream_choice.why_not(config.stream, kind, vae, shape, target)
     streamed = []
 
     def streamed_plan():
@@ -167,7 +166,8 @@ def _dry_run(config: DecodeConfig, z, kind: str | None) -> dict[str, Any]:
         streamed.append(why_not)
         return plan
 
-    program = "frames" if kind in stream_choice.STREAMED_KINDS else "decode"
+    # A --target report reads the decode program's compiled bytes and HLO (as the bench does).
+    program = "frames" if kind in stream_choice.STREAMED_KINDS and target is None else "decode"
     summary = stages.plan_stage(vae, shape, program, config.run, load, None if why else streamed_plan)
     why = why or (streamed[0] if streamed else None)
     return {**summary, "latents_shape": list(shape), "layout": layout, "streamed": why is None, "stream_why_not": why}
