@@ -194,7 +194,7 @@ def _stream_run(config: DecodeConfig, vae, z: np.ndarray, items: list[batch.Item
     written and the failures.
     """
     from cogvideox_torchax.cli import streamed_write
-    from cogvideox_torchax.io import outputs, video
+    from cogvideox_torchax.io import outputs
 
     problems: dict[int, str] = {i: unread[item.source] for i, item in enumerate(items) if item.source in unread}
     nonfinite: set[int] = set()
@@ -210,11 +210,10 @@ def _stream_run(config: DecodeConfig, vae, z: np.ndarray, items: list[batch.Item
             except Exception as e:  # this video fails; the batch goes on
                 problems[i] = errors.one_line(e)
 
-        def open_writer(i: int):
-            if i not in staged:  # unread, unstaged, or the batch's padding
-                return None
-            return video.FrameWriter(staged[i].temps[0], config.format, fps=config.fps, crf=config.crf,
-                                     encoder=config.encoder, preset=config.preset)
+        # None: unread, not staged, or the batch's padding.
+        temps = [staged[i].temps[0] if i in staged else None for i in range(z.shape[0])]
+        open_writer = streamed_write.staged_writers(temps, config.format, fps=config.fps, crf=config.crf,
+                                                    encoder=config.encoder, preset=config.preset)
 
         def failed_video(i: int, error: Exception | None) -> None:
             if error is None:

@@ -216,8 +216,8 @@ class _Writers:
             raise errors[0]
 
 
-def staged_writers(temps: list[Path], kind: str, **writer_options: Any) -> Callable[[int], Any]:
-    """``open_writer`` for `write_while_decoding`: a `FrameWriter` into each staged entry."""
+def staged_writers(temps: list[Path | None], kind: str, **writer_options: Any) -> Callable[[int], Any]:
+    """``open_writer`` for `write_while_decoding`: a `FrameWriter` into each staged entry (None: not written)."""
     from cogvideox_torchax.io.video import FrameWriter
 
-    return lambda i: FrameWriter(temps[i], kind, **writer_options)
+    return lambda i: None if temps[i] is None else FrameWriter(temps[i], kind, **writer_options)

@@ -110,8 +110,8 @@ def norm_act_conv(norm, act, conv, x: torch.Tensor, zq: torch.Tensor, norm_cache
         if stop > halo:
             # Frame by frame: a range across the chunks x was joined from
             # (an upsampler's) is normed as a join of its own, which jax
-            # 0.12's XLA:GPU stores apart from this input (1.5 headline,
-            # H200: 15.89 -> 15.67 GiB; 0.10.2's and the 2b's unchanged).
+            # 0.12's XLA:GPU stores apart from this input (docs: compiled
+            # targets, jax 0.12).
             parts.extend(act(activated(t, t + 1)) for t in range(max(start - halo, 0), stop - halo))
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
 
@@ -130,9 +130,8 @@ def norm_act_conv(norm, act, conv, x: torch.Tensor, zq: torch.Tensor, norm_cache
         # chunk after next does not read: their shortcut runs before the next
         # barrier, while the next chunk's input, built alongside, still
         # reads them. Otherwise jax 0.12's XLA:GPU builds that input first
-        # and holds a frame no chunk reads through it (1.5 headline, H200:
-        # 15.67 -> 15.39 GiB; 0.10.2 unchanged). Below it the 2b's 0.12
-        # program grows (5.690 -> 5.700 GiB; 0.10.2: 5.803 -> 5.618).
+        # and holds a frame no chunk reads through it; below that size the
+        # earlier shortcut made jax 0.12's program larger, not smaller.
         ahead = min(stop + per_chunk, frames) if by_frame else stop
         free = frames if ahead == frames else max(ahead - halo, 0)
         if side is not None and free > done:
