@@ -15,7 +15,7 @@ PACKAGE = "cogvideox_torchax"
 # -> patches -> data types, profiles and kernels.
 LAYERS = (
     ("ground", ("spellings", "config", "_torch_compat", "kernels", "platforms.profiles", "platforms.run_plan",
-                "platforms.accelerators", "platforms.hlo", "parallel", "io")),
+                "platforms.hardware", "platforms.accelerators", "platforms.hlo", "parallel", "io")),
     ("patches", ("patches",)),
     ("options", ("options", "platforms.build")),
     ("runtime", ("vae", "memory")),

@@ -1,13 +1,13 @@
 """The newest accelerators the installed compilers build for without the hardware: TPU v7x and a Blackwell B200.
 
 Each is one record of `cogvideox_torchax.platforms.accelerators` (a row of
-`GPUS` or `TPUS`); these compile the tiny config's bf16 decode for it.
+`hardware.GPUS` or `hardware.TPUS`); these compile the tiny config's bf16 decode for it.
 """
 
 import pytest
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.platforms import accelerators, hlo
+from cogvideox_torchax.platforms import accelerators, hardware, hlo
 from tests.support.compilers import require_compiler
 
 _TINY = (1, 4, 3, 8, 8)
@@ -33,7 +33,7 @@ def test_v7x_counts_two_tensorcores_per_chip_and_compiles_over_one_chip(tiny_bf1
 
 def test_b200_compiles_with_every_convolution_one_fused_cudnn_call(tiny_bf16):
     require_compiler("cuda")
-    assert "major: 10 feature_extension: ACCELERATED_FEATURES" in accelerators.gpu_target_config("b200")
+    assert "major: 10 feature_extension: ACCELERATED_FEATURES" in hardware.gpu_target_config("b200")
     compiled = tiny_bf16.compile_decode(_TINY, target="b200")
     convs, _ = hlo.compiled_ops(compiled.as_text())
     assert len(convs) >= 60 and all(c.op == "cudnn-conv" for c in convs)
