@@ -129,9 +129,12 @@ def print_target(s: dict[str, Any]) -> None:
     if "target" not in s:
         return
     b, c = s["per_device_bytes"], s["compiled"]
+    extra = s["memory_plan"].get("allowance") or 0
     print(f"  target {s['target']['name']} ({s['target']['description']}), compiled by its own compiler: "
           f"temp {b['temp'] / 2**30:.2f} GiB, arguments {b['arguments'] / 2**30:.2f} GiB, "
-          f"outputs {b['outputs'] / 2**30:.2f} GiB per device")
+          f"outputs {b['outputs'] / 2**30:.2f} GiB per device"
+          + (f"; the plan adds {extra / 2**30:.2f} GiB for the cuDNN workspaces autotuning picks on the device"
+             if extra else ""))
     print(f"  {c['convolutions']} convolutions {c['conv_layouts']} -> {c['conv_output_dtypes']}; "
           f"activations moved to another layout {c['activation_layout_changes']} ({c['layout_changes']} moves in all), "
           f"copied {c['activation_copies']} ({c['copies']}); collectives {c['collectives'] or 'none'}; planning (trace, lower and compile of each plan tried) {s['plan_s']:.2f} s")
@@ -153,7 +156,7 @@ def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> 
     program = vae.plan_for(acc.platform)
     return {
         "target": {"name": acc.name, "platform": acc.platform, "devices": acc.devices, "budget": acc.budget,
-                   "description": acc.description},
+                   "autotune_allowance": acc.autotune_allowance, "description": acc.description},
         "mesh": {"dp": plan.mesh[0], "tp": plan.mesh[1]},
         "plan": program.as_dict(),
         "per_device_bytes": {"temp": int(m.temp_size_in_bytes), "arguments": int(m.argument_size_in_bytes),

@@ -105,12 +105,16 @@ class MemoryPlan:
             ``"tiles of HxW latents"``.
         tiling: `enable_tiling` keywords, or None for no tiling (or the
             user's own tiling, as set on the VAE).
-        bytes: temporaries + arguments + outputs of the compiled program, per device.
+        bytes: temporaries + arguments + outputs of the compiled program, per
+            device, and ``allowance``.
         budget: the bytes the plan had to fit, margin already taken off.
         mesh: ``(dp, tp)`` of a mesh with more devices than the VAE's own, or
             None for the VAE's mesh; a target's plan always names its mesh.
         target: the named accelerator the plan was compiled for
             (`cogvideox_torchax.platforms.accelerators`), None for the VAE's own devices.
+        allowance: of ``bytes``, what the target's device needs beyond the
+            compiled program (`Accelerator.autotune_allowance`: cuDNN workspaces
+            autotuned there); 0 on the VAE's own devices, whose compile counts them.
     """
 
     name: str
@@ -119,6 +123,7 @@ class MemoryPlan:
     budget: int | None
     mesh: tuple[int, int] | None = None
     target: str | None = None
+    allowance: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

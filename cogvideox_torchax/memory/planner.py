@@ -63,6 +63,17 @@ def choose(candidates: Iterable[Candidate], need: Callable[[Candidate], int], us
     return Choice(None, tuple(tried))
 
 
+def allowance(target: str | None) -> int:
+    """What a program compiled for named accelerator ``target`` needs on it beyond its compiled bytes (None: 0).
+
+    A compile-only GPU build does not autotune, so its `memory_analysis()`
+    lacks the cuDNN workspaces the device picks
+    (`accelerators.CUDA_AUTOTUNE_ALLOWANCE`); a compile on the device itself
+    counts them.
+    """
+    return 0 if target is None else accelerators.get(target).autotune_allowance
+
+
 def key_of(plan: MemoryPlan | Candidate) -> ProgramKey:
     """The program a plan or candidate runs."""
     return ProgramKey.of(plan.target, plan.tiling, plan.mesh)
@@ -102,14 +113,14 @@ class Planner:
                 *budget.tp_candidates((own.shape["dp"], own.shape["tp"]), devices, first)]
 
     def need(self, kind: str, shape: tuple[int, ...], c: Candidate) -> int:
-        """A candidate's compiled bytes per device (or what a compiler that refused it for memory named)."""
+        """A candidate's bytes per device: compiled (or named by a compiler that refused it), plus `allowance`."""
         try:
-            return budget.compiled_bytes(self.programs.compile(kind, shape, key_of(c)))
+            n = budget.compiled_bytes(self.programs.compile(kind, shape, key_of(c)))
         except Exception as e:  # the TPU compiler refuses programs above its HBM, naming their size
             n = budget.refused_bytes(e)
             if n is None:
                 raise
-            return n
+        return n + allowance(c.target)
 
     def planned(self, kind: str, shape: tuple[int, ...]) -> MemoryPlan | None:
         return self._plans.get((kind, shape))
@@ -157,7 +168,9 @@ class Planner:
             kind: ``"decode"``, ``"frames"`` or ``"encode"``.
             target: plan for this named accelerator instead (as
                 `lower_decode` takes it): candidates compiled by its real
-                compiler, the budget its per-device `accelerators.Accelerator.budget`
+                compiler, each one's need its compiled bytes plus `allowance`
+                (the target's autotuned cuDNN workspaces), the budget its
+                per-device `accelerators.Accelerator.budget`
                 (or ``max_memory`` when given), wider meshes up to its devices.
             mesh: with ``target``, the mesh over its devices (``"dp=1,tp=8"``;
                 default all on ``tp``).
@@ -180,7 +193,9 @@ class Planner:
                     limit, source = (self.max_memory, "max_memory") if self.max_memory else (acc.budget, acc.name)
                 else:
                     limit, source = self.budget()
-                why = f"({source} {budget.human(limit)} less {budget.SAFETY_MARGIN:.0%} margin)"
+                extra = allowance(on[0] if on else None)
+                counted = f"; {budget.human(extra)} of autotuned cuDNN workspaces added to each" if extra else ""
+                why = f"({source} {budget.human(limit)} less {budget.SAFETY_MARGIN:.0%} margin{counted})"
                 self._plans[key] = self._plan(kind, shape, budget.usable(limit), why, on)
             return self._plans[key]
 
@@ -212,7 +227,7 @@ class Planner:
                 "give more memory (max_memory / --max-memory) or a mesh with more devices on tp"
             )
         c = choice.chosen
-        return MemoryPlan(c.name, c.tiling, choice.need, usable, c.mesh, c.target)
+        return MemoryPlan(c.name, c.tiling, choice.need, usable, c.mesh, c.target, allowance(c.target))
 
     def budget(self) -> tuple[int, str]:
         """The per-device bytes plans must fit (before the safety margin), and where the figure comes from.

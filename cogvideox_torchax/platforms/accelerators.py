@@ -10,6 +10,8 @@ Each `Accelerator` is made from one row of `cogvideox_torchax.platforms.hardware
 program may use per device: for GPUs JAX's default preallocation (75 %
 of the device, ``XLA_PYTHON_CLIENT_MEM_FRACTION``), for TPUs the HBM the
 TPU compiler itself reports as available (it refuses programs above it).
+``autotune_allowance`` is what a program needs on the device beyond its
+compile-only build (`CUDA_AUTOTUNE_ALLOWANCE`); the planner adds it.
 
 The compilers are an install extra (``pip install "cogvideox-torchax[aot]"``:
 the CUDA PJRT plugin with ptxas, and libtpu). `use_cpu_without_accelerators`
@@ -48,6 +50,9 @@ class Accelerator:
         budget: bytes a program may use per device (see the module docstring).
         description: what the name is, for messages.
         topology: the TPU topology whose first ``devices`` devices are used.
+        autotune_allowance: bytes per device a program compiled here needs on
+            the device beyond its ``memory_analysis()`` (`CUDA_AUTOTUNE_ALLOWANCE`
+            on GPUs; 0 on TPUs, none measured).
     """
 
     name: str
@@ -57,16 +62,31 @@ class Accelerator:
     budget: int
     description: str
     topology: str = ""
+    autotune_allowance: int = 0
 
 
 # JAX preallocates this share of a GPU (XLA_PYTHON_CLIENT_MEM_FRACTION's default).
 GPU_PREALLOCATED = 0.75
 
+# What a CUDA program needs on the device beyond its compile-only build's
+# memory_analysis(): the cuDNN workspaces XLA's autotuning picks there (a
+# compile-only build does not autotune: each convolution's scratch is u8[0]).
+# Measured on one H100 (2026-11-27, jax 0.11.2; the handbook's
+# results/h100-2026-11-27.md): temporaries 1.28 GiB (2b, 49 x 480x720) and
+# 1.35 GiB (1.5, 81 x 768x1360) above the same programs compiled for an
+# H100 without it (jax 0.10.2), 1.39 and 1.57 above jax 0.12's for an H200:
+# near the same bytes at 3x the pixels (22 % and 9 % of the program), so the
+# workspace of the largest convolutions, which the time chunks bound, not a
+# share of the program. The largest, rounded up; measured on Hopper only,
+# taken for every CUDA target.
+CUDA_AUTOTUNE_ALLOWANCE = int(1.6 * 2**30)
+
 
 def _accelerators() -> dict[str, Accelerator]:
     found = {}
     for name, gpu in GPUS.items():
-        found[name] = Accelerator(name, "cuda", 1, gpu.memory, int(gpu.memory * GPU_PREALLOCATED), gpu.description)
+        found[name] = Accelerator(name, "cuda", 1, gpu.memory, int(gpu.memory * GPU_PREALLOCATED), gpu.description,
+                                  autotune_allowance=CUDA_AUTOTUNE_ALLOWANCE)
     for gen, tpu in TPUS.items():
         for chips, topology in tpu.hosts:
             found[f"{gen}-{chips}"] = Accelerator(
