@@ -2,10 +2,9 @@
 
 Upstream's `CogVideoXCausalConv3d` prepends a conv cache (the previous
 batch's last ``k - 1`` input frames, or ``k - 1`` copies of the first frame)
-and runs a 3-D convolution, valid in time. On XLA:CPU that is slow: its 3-D
-convolution runs a 128->128 3x3x3 kernel over 9x64x64 frames at 57-73
-GFLOP/s, while the same work as three 2-D convolutions summed runs at
-94-111 GFLOP/s (measured on a 2-core Sapphire Rapids CPU, jax 0.10.2, fp32).
+and runs a 3-D convolution, valid in time. On XLA:CPU that is slow: the
+same work as 2-D convolutions summed runs about 1.5x faster (docs/design.md,
+"CPU convolutions: time taps").
 
 Here time tap ``d`` is a 2-D convolution of the batch's own frames with the
 kernel slice ``w[:, :, d]``: ``A_d[j] = x_j * w_d``. Frame ``j``'s tap-``d``

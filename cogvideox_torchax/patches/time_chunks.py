@@ -26,10 +26,8 @@ Values are upstream's: the same norm (`leaf_ops.JaxGroupNorm.apply` with
 the batch's statistics, in one pass or summed frame by frame), the same cache
 (``padded[:, :, -halo:]``), the same convolution on every output frame.
 
-Compiled for an H200 (bf16), this lowers the temporaries of CogVideoX 1.5
-at (1,16,21,96,170) from 20.40 to 15.61 GiB and of the 2b model at
-(1,16,13,60,90) from 6.44 to 5.80 GiB; the step-by-step measurements are
-in the handbook's design notes (docs/design.md, "Time chunks on CUDA").
+What this saves, step by step, is in the handbook's design notes
+(docs/design.md, "Time chunks on CUDA").
 """
 
 from __future__ import annotations
