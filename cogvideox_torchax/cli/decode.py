@@ -90,8 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--encoder",
         default="libx264",
-        help="mp4 encoder: libx264 (the CPU, default) or h264_nvenc (an NVIDIA GPU's NVENC; refused where it cannot "
-        "start)",
+        help="mp4 encoder: libx264 (the CPU, default) or h264_nvenc (an NVIDIA GPU's NVENC, which H100 and H200 "
+        "lack; refused where it cannot start)",
     )
     p.add_argument(
         "--preset",
