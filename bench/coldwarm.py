@@ -79,17 +79,24 @@ def cold_warm(system: str, argv: list[str]) -> dict[str, Any]:
 
 def child_argv(argv: list[str]) -> list[str]:
     """The parent's arguments without the modes a child must not repeat."""
-    drop_flag = {"--cold-warm", "--profile", "--json", "--compile-only", "--no-reference"}
-    drop_value = {"--plot", "--sweep", "--sweep-values", "--systems", "--repeats"}
+    return without_options(
+        argv,
+        flags={"--cold-warm", "--profile", "--json", "--compile-only", "--no-reference"},
+        valued={"--plot", "--sweep", "--sweep-values", "--systems", "--repeats", "--isolate"},
+    )
+
+
+def without_options(argv: list[str], flags: set[str], valued: set[str]) -> list[str]:
+    """``argv`` without the options named: ``flags`` stand alone, ``valued`` take a value (``--x V`` or ``--x=V``)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
         key = a.split("=", 1)[0]
-        if key in drop_flag:
+        if key in flags:
             continue
-        if key in drop_value:
+        if key in valued:
             skip = "=" not in a
             continue
         out.append(a)

@@ -34,6 +34,11 @@ Modes:
                       persistent compile cache: the second one's time to
                       first frame is the warm start.
 
+``--isolate auto|always|never``: each system in a process of its own
+(`bench.isolate`), gathered into the same report; ``auto`` (the default)
+where a GPU or TPU is attached, on which one framework's memory pool would
+starve the next system's, while the CPU keeps the one-process run.
+
 ``--cpu-memory-scheduler`` turns on XLA:CPU's memory-aware scheduler (TPU and
 GPU schedule for memory by default; the CPU does not). Nothing here is
 CPU-specific: ``jax.devices()`` decides where JAX runs.
@@ -49,6 +54,7 @@ import sys
 import time
 from typing import Any
 
+from bench import isolate
 from bench.coldwarm import child, child_argv, cold_warm
 from bench.inputs import SWEEP_DEFAULTS, SYSTEMS, latents, load_upstream, shapes
 from bench.report import derive, plot, print_table
@@ -83,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="OUT.png", help="plot steady and compile time (matplotlib)")
     p.add_argument("--profile", action="store_true", help="per-op time breakdown of one steady call")
     p.add_argument("--cold-warm", action="store_true", help="time to first frame in two fresh processes")
+    p.add_argument(
+        "--isolate",
+        choices=isolate.MODES,
+        default="auto",
+        help="each system in its own process, one report: auto (where a GPU or TPU is attached), always, never",
+    )
     p.add_argument(
         "--option",
         action="append",
@@ -136,8 +148,17 @@ def _json_config(config) -> dict[str, Any]:
     return {k: v for k, v in dict(config).items() if isinstance(v, (int, float, str, bool, list, tuple, type(None)))}
 
 
+def _systems(args: argparse.Namespace) -> list[str]:
+    """The systems to measure, in order (eager torch compiles nothing: not with ``--compile-only``)."""
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        raise SystemExit(f"error: unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
+    return [s for s in systems if s != "torch"] if args.compile_only else systems
+
+
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, Any]:
-    """Runs the benchmark the parsed arguments describe; returns the report."""
+    """Runs the benchmark the parsed arguments describe, in this process; returns the report."""
     import jax
     import torch
 
@@ -146,12 +167,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
     from bench.peak import device_peak
     from cogvideox_torchax.config import canonical_dtype
 
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS))
-    if unknown:
-        raise SystemExit(f"error: unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
-    if args.compile_only:
-        systems = [s for s in systems if s != "torch"]
+    systems = _systems(args)
     dtype = canonical_dtype(args.dtype)
     upstream = load_upstream(args.model, args.seed)
     all_shapes = shapes(args, upstream.config.latent_channels)
@@ -172,6 +188,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         "options": args.option,
         "plan": None,
         "results": [],
+        "isolated": False,
     }
     peak_tflops, peak_source = (None, None) if args.compile_only else device_peak(dtype)
     report["peak_tflops"], report["peak_source"] = peak_tflops, peak_source
@@ -225,6 +242,11 @@ def _other_versions() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
+    if not args.child and isolate.wanted(args.isolate):
+        # The parent starts no framework: each child sets its own environment.
+        report, complete = isolate.run_isolated(args, argv, _systems(args))
+        _emit(report, args)
+        return 0 if complete else 1
     if args.cpu_memory_scheduler:
         # Must be in the environment before jax initialises its backend.
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _MEMORY_SCHEDULER_FLAG).strip()
@@ -235,14 +257,17 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     if args.child:
         return child(args, _T0)
-    report = run(args, argv)
+    _emit(run(args, argv), args)
+    return 0
+
+
+def _emit(report: dict[str, Any], args: argparse.Namespace) -> None:
     if args.plot:
         plot(report, args.plot)
     if args.json:
         print(json.dumps(report))
     else:
         print_table(report)
-    return 0
 
 
 if __name__ == "__main__":

@@ -118,12 +118,18 @@ def print_table(report: dict[str, Any]) -> None:
     )
     if report.get("plan") is not None:
         print(f"# plan {report['plan']}")
+    if report.get("isolated"):
+        print("# each system in its own process (--isolate)")
+    for row in report["results"]:
+        if row.get("error"):
+            print(f"# {row['system']} failed (exit code {row.get('returncode')}): {row['error']}")
     cols = COLUMNS + (COLD_WARM_COLUMNS if any("cold_first_frame_s" in r for r in report["results"]) else [])
     print("| system | latents | " + " | ".join(c[1] for c in cols) + " |")
     print("|---" * (len(cols) + 2) + "|")
     for row in report["results"]:
         vals = [_cell(row, key, unit) for key, _, unit in cols]
-        print(f"| {row['system']} | {tuple(row['shape'])} | " + " | ".join(vals) + " |")
+        latents = tuple(row["shape"]) if row["shape"] else "-"
+        print(f"| {row['system']} | {latents} | " + " | ".join(vals) + " |")
     profiled = [r for r in report["results"] if r.get("profile")]
     if profiled:
         from bench.profile import format_breakdown
@@ -150,8 +156,9 @@ def plot(report: dict[str, Any], path: str) -> None:
     axis = report.get("sweep") or "frames"
     index = 2 if axis == "frames" else 3
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 4))
-    for system in dict.fromkeys(r["system"] for r in report["results"]):
-        rows = [r for r in report["results"] if r["system"] == system]
+    measured = [r for r in report["results"] if not r.get("error")]  # a failed system has no figures
+    for system in dict.fromkeys(r["system"] for r in measured):
+        rows = [r for r in measured if r["system"] == system]
         xs = [r["shape"][index] for r in rows]
         a1.plot(xs, [r.get("steady_s") for r in rows], "o-", label=system)
         compile_key = "first_call_s" if system == "torch" else "compile_s"

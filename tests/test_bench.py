@@ -233,3 +233,107 @@ def test_targets_bench_compiles_ours_and_the_flax_port_for_a_gpu(tmp_path):
     # port's 2-D upsampler convs are NHWC.
     assert set(ours["conv_layouts"]) == {"bf012_oi012->bf012"} and len(flax["conv_layouts"]) > 1
     assert len(list(tmp_path.glob("*.hlo.txt"))) == 2
+
+
+# -- each system in its own process (--isolate) ---------------------------------------
+
+
+def test_auto_isolates_where_jax_would_find_a_gpu_or_tpu(monkeypatch):
+    from bench import isolate
+    from cogvideox_torchax.platforms import accelerators
+
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    for visible in (True, False):
+        monkeypatch.setattr(accelerators, "_accelerator_visible", lambda visible=visible: visible)
+        assert isolate.wanted("auto") is visible
+        assert isolate.wanted("always") and not isolate.wanted("never")
+    monkeypatch.setattr(accelerators, "_accelerator_visible", lambda: True)
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # told to use the CPU: one process
+    assert not isolate.wanted("auto")
+    # Each child: JAX's pool grows on demand (eager torch's process starts JAX too); a user's choice stays.
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    assert isolate.child_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    assert isolate.child_env()["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+
+
+def _stdout_json(capsys):
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_isolated_report_has_the_in_process_structure(monkeypatch, capsys):
+    import contextlib
+    import io
+
+    from bench import decode, isolate
+
+    monkeypatch.setattr("bench.peak.device_peak", lambda dtype: (1.0, "stub"))  # no 4096^3 matmul per process
+    children = []
+
+    def child_here(argv):  # the child's command line, run in this process
+        children.append(argv)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = decode.main(argv)
+        return code, json.loads(out.getvalue().strip().splitlines()[-1]), ""
+
+    monkeypatch.setattr(isolate, "_run_child", child_here)
+    argv = ["--model", "random:tiny", "--shape", "1,2,2", "--systems", "torchax,torch", "--repeats", "1", "--json"]
+    assert decode.main([*argv, "--isolate", "never"]) == 0
+    together = _stdout_json(capsys)
+    assert decode.main([*argv, "--isolate", "always"]) == 0
+    apart = _stdout_json(capsys)
+    assert [c[c.index("--systems") + 1 :][:3] for c in children] == [
+        ["torchax", "--isolate", "never"],
+        ["torch", "--isolate", "never"],
+    ]
+    assert together["isolated"] is False and apart["isolated"] is True
+    assert set(apart) == set(together) and apart["plan"] == together["plan"]
+    assert apart["command"].endswith("--isolate always") and apart["shapes"] == together["shapes"]
+    pairs = list(zip(apart["results"], together["results"], strict=True))
+    for a, b in pairs:
+        assert (a["system"], a["shape"]) == (b["system"], b["shape"]) and set(a) == set(b)
+    (ours, _), (torch, _) = pairs
+    assert torch["time_vs_ours"] == torch["steady_s"] / ours["steady_s"]  # derived across the children
+    assert torch["max_abs_err"] == 0 and ours["max_abs_err"] <= 2e-5  # each child has the reference
+
+
+def test_a_system_whose_process_fails_is_a_row_of_its_own(monkeypatch, capsys):
+    from bench import decode, isolate
+
+    shape = [1, 4, 1, 2, 2]
+    ours = {"system": "torchax", "shape": shape, "steady_all_s": [1.0], "analytic_conv_flops": 10.0, "flops": 10.0}
+    report = {"command": "c", "device": "d", "shape": shape, "shapes": [shape], "dtype": "bfloat16", "plan": {"p": 1},
+              "peak_tflops": 1.0, "peak_source": "s", "results": [ours], "isolated": False}  # fmt: skip
+
+    def child(argv):
+        if argv[argv.index("--systems") + 1] == "torch":
+            return 1, None, "torch.OutOfMemoryError: CUDA out of memory."
+        return 0, json.loads(json.dumps(report)), ""
+
+    monkeypatch.setattr(isolate, "_run_child", child)
+    argv = ["--model", "random:tiny", "--shape", "1,2,2", "--systems", "torchax,torch", "--isolate", "always"]
+    assert decode.main([*argv, "--json"]) == 1  # the report still printed
+    merged = _stdout_json(capsys)
+    ours_row, torch_row = merged["results"]
+    assert ours_row["steady_s"] == 1.0 and merged["plan"] == {"p": 1} and merged["isolated"] is True
+    assert torch_row["error"] == "torch.OutOfMemoryError: CUDA out of memory." and torch_row["returncode"] == 1
+    assert all(k in torch_row for k in RESULT_KEYS) and torch_row["shape"] == shape and torch_row["steady_s"] is None
+    assert decode.main(argv) == 1
+    assert "# torch failed (exit code 1): torch.OutOfMemoryError: CUDA out of memory." in capsys.readouterr().out
+
+
+def test_isolate_runs_each_system_in_a_process_of_its_own():
+    # Ours refuses the unknown switch in its own process; torch, in another, still runs.
+    cmd = [sys.executable, "-m", "bench.decode", "--model", "random:tiny", "--shape", "1,2,2", "--systems",
+           "torchax,torch", "--repeats", "1", "--no-reference", "--option", "no_such_patch=true", "--isolate",
+           "always", "--json"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    ours, torch = report["results"]
+    assert report["isolated"] is True and report["shape"] == [1, 4, 1, 2, 2]
+    assert ours["error"].startswith("error: --option") and ours["shape"] == [1, 4, 1, 2, 2]
+    assert torch["steady_s"] > 0 and "error" not in torch
+    assert "[bench] torchax in its own process" in done.stderr  # the children's stderr passes through
+
