@@ -8,7 +8,10 @@ Three ways to the same video, each after one untimed run (compiles)::
   libx264 (the ``--no-stream`` path of the decode command);
 - ``streamed``: ours, `decode_stream` with the writer on a thread (the
   decode command's default), with the time to the first frame;
-- ``torch``: upstream's eager decode, diffusers' uint8 mapping, libx264.
+- ``torch``: upstream's eager decode, diffusers' uint8 mapping, libx264;
+  on the GPU in the run's dtype where torch sees one (JAX's preallocation
+  then off, as in `bench.decode`), else on the CPU in fp32 (the row's
+  ``device`` and ``dtype`` say which).
 
 ``--writer`` instead measures libx264 alone: frames per second on one
 thread (``threads=1``: per core) and on every core, for smooth and noisy
@@ -21,6 +24,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -140,6 +144,15 @@ def _streamed(vae, z, dest: Path, crf: int, preset: str | None) -> dict:
     return {**times.as_dict(), "write_hidden": times.write_hidden}
 
 
+def torch_placement(dtype: str) -> tuple[str, str]:
+    """Where the ``torch`` row decodes: ``("cuda", dtype)`` where torch sees a GPU, else ``("cpu", "float32")``."""
+    import torch
+
+    from cogvideox_torchax.config import canonical_dtype
+
+    return ("cuda", canonical_dtype(dtype)) if torch.cuda.is_available() else ("cpu", "float32")
+
+
 def _torch(upstream, z, dest: Path, crf: int, preset: str | None) -> dict:
     import torch
 
@@ -148,7 +161,7 @@ def _torch(upstream, z, dest: Path, crf: int, preset: str | None) -> dict:
     start = time.perf_counter()
     with torch.no_grad():
         video = upstream.decode(z).sample
-    frames = to_uint8(video.float().numpy())
+    frames = to_uint8(video.float().cpu().numpy())  # the copy to the host waits for the GPU
     decoded = time.perf_counter() - start
     with FrameWriter(dest, "mp4", crf=crf, preset=preset) as writer:
         writer.write(frames[0])
@@ -166,6 +179,11 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
     channels = upstream.config.latent_channels
     systems = args.systems.split(",")
     vae = _ours(upstream, args.dtype) if {"whole", "streamed"} & set(systems) else None
+    if "torch" in systems:
+        torch_device, torch_dtype = torch_placement(args.dtype)
+        module = upstream  # the CPU: today's fp32 module; the GPU: a copy of its own there
+        if torch_device != "cpu":
+            module = inputs.load_upstream(args.model, 0).to(device=torch_device, dtype=getattr(torch, torch_dtype))
     rows = []
     for text in args.shape or ["3,8,8"]:
         t, h, w = (int(v) for v in text.split(","))
@@ -174,7 +192,8 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
         for system in systems:
             def run(dest: Path, system=system, z=z, z_torch=z_torch) -> dict:
                 if system == "torch":
-                    return _torch(upstream, z_torch.to(torch.float32), dest, args.crf, args.preset)
+                    zt = z_torch.to(device=torch_device, dtype=getattr(torch, torch_dtype))
+                    return _torch(module, zt, dest, args.crf, args.preset)
                 return (_whole if system == "whole" else _streamed)(vae, z, dest, args.crf, args.preset)
 
             with tempfile.TemporaryDirectory() as d:
@@ -183,7 +202,8 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
             keys = timed[0].keys()
             row = {k: round(statistics.median(r[k] for r in timed), 3) for k in keys}
             frames = 4 * t - 3 if t % 2 else 4 * t
-            rows.append({"system": system, "shape": [1, channels, t, h, w], "frames": frames, **row})
+            where = {"device": torch_device, "dtype": torch_dtype} if system == "torch" else {}
+            rows.append({"system": system, "shape": [1, channels, t, h, w], "frames": frames, **row, **where})
     return rows
 
 
@@ -213,6 +233,7 @@ def plot(report: dict, path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     if args.from_json:
         if not args.plot:
@@ -231,10 +252,16 @@ def main(argv: list[str] | None = None) -> None:
         return
     import importlib.metadata as md
 
+    if "torch" in args.systems.split(","):
+        # As in bench.decode: JAX would take 75 % of a GPU up front, leaving eager torch a quarter.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     rows = end_to_end_rows(args)
+    import jax
+
     versions = {p: md.version(p) for p in ("jax", "torch", "av")}
-    report = {"model": args.model, "dtype": args.dtype, "crf": args.crf, "preset": args.preset,
-              "versions": versions, "rows": rows}
+    device = f"{jax.devices()[0].device_kind} x{len(jax.devices())} ({jax.default_backend()})"
+    report = {"command": "python -m bench.stream " + " ".join(argv), "device": device, "model": args.model,
+              "dtype": args.dtype, "crf": args.crf, "preset": args.preset, "versions": versions, "rows": rows}
     if args.plot:
         plot(report, args.plot)
     if args.json:

@@ -337,3 +337,13 @@ def test_isolate_runs_each_system_in_a_process_of_its_own():
     assert torch["steady_s"] > 0 and "error" not in torch
     assert "[bench] torchax in its own process" in done.stderr  # the children's stderr passes through
 
+
+def test_stream_torch_row_decodes_on_the_gpu_in_the_runs_dtype(monkeypatch):
+    import torch
+
+    from bench.stream import torch_placement
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert torch_placement("bf16") == ("cuda", "bfloat16")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert torch_placement("bf16") == ("cpu", "float32")  # the CPU: today's fp32 row
