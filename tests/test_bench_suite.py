@@ -1,0 +1,184 @@
+"""`python -m bench.suite`: the standard set's commands, its JSON and results-page draft, its refusals."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import suite
+from bench.suite_page import draft
+from bench.suite_steps import STEPS, Step, step_systems
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _listed(capsys, *argv: str) -> list[str]:
+    assert suite.main(["--list", *argv]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_standard_set_is_the_h100_pages_commands(capsys):
+    lines = _listed(capsys)
+    assert len(lines) == len(STEPS)
+    decode_2b, decode_15, parity, cold_warm, stream, readme = lines
+    assert decode_2b == (
+        "python -m bench.decode --model random:cogvideox-2b --dtype bf16 --shape 13,60,90 "
+        "--systems torchax,flax,torch --repeats 3 --no-reference --isolate auto --json"
+    )
+    assert "--model random:cogvideox-1.5" in decode_15 and "--shape 21,96,170" in decode_15
+    assert "--isolate auto" in decode_15 and "--systems torchax,flax,torch" in decode_15
+    # Against upstream fp32 (no --no-reference), one process at its small shape.
+    assert "--shape 3,16,16" in parity and "--no-reference" not in parity and "--isolate never" in parity
+    assert "--cold-warm" in cold_warm and "--systems torchax " in cold_warm
+    assert stream.startswith("python -m bench.stream") and "--systems whole,streamed,torch" in stream
+    # The README's main command, as written there (its own dtype), with --json for the figures.
+    assert readme.startswith(
+        f"python -m cogvideox_torchax.decode {ROOT / 'examples' / 'latents_1x16x3x8x8.safetensors'} "
+        "--model random:cogvideox-2b --output "
+    )
+    assert "--dtype" not in readme
+    readme_text = (ROOT / "README.md").read_text()
+    assert "python -m cogvideox_torchax.decode examples/latents_1x16x3x8x8.safetensors" in readme_text
+
+
+def test_systems_and_skips_trim_the_steps(capsys):
+    lines = _listed(capsys, "--systems", "torch", "--skip", "parity-2b,readme", "--dtype", "float32")
+    assert len(lines) == len(STEPS) - 2
+    assert "--systems torch " in lines[0] and "--dtype float32" in lines[0]
+    assert lines[2] == "# cold-warm-2b: skipped (none of its systems chosen)"
+    assert "--systems torch " in lines[3]  # the stream's eager torch row alone
+    assert _listed(capsys, "--only", "readme", "--quick")[0].startswith("python -m cogvideox_torchax.decode ")
+
+
+def test_another_family_is_a_row_more_without_the_flax_port(monkeypatch, capsys):
+    wan = Step("decode-wan", "decode", "wan2.1", "random:wan2.1", "5,8,8", family="wan")
+    assert step_systems(wan, ("torchax", "flax", "torch")) == ("torchax", "torch")
+    monkeypatch.setattr(suite, "STEPS", (*STEPS, wan))
+    assert "--model random:wan2.1 --dtype bf16 --shape 5,8,8 --systems torchax,torch " in _listed(capsys)[-1]
+
+
+def test_bad_steps_and_systems_are_one_line_and_exit_2(capsys):
+    assert suite.main(["--only", "nope"]) == 2
+    assert suite.main(["--systems", "jax"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "unknown steps ['nope']" in err[0] and "unknown systems ['jax']" in err[1]
+
+
+def test_a_source_tree_without_its_kernels_is_refused(tmp_path):
+    # Without site-packages (-S), the project is its source tree alone: no install maps kernels/.
+    done = subprocess.run(
+        [sys.executable, "-S", "-m", "bench.suite", "--quick", "--out", str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"error: {ROOT / 'cogvideox_torchax'} is a source tree without cogvideox_torchax.kernels")
+    assert "pip install -e ." in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_step_past_its_timeout_is_ended_with_its_children():
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        "print(p.pid, flush=True); time.sleep(120)"
+    )
+    record = suite.run_command(["-c", code], timeout_s=3)
+    assert record["timed_out"] and record["wall_s"] < 60 and record["stdout_json"] is None
+    grandchild = int(record["stdout_tail"].split()[0])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{grandchild}/stat").read_text().split(")")[-1].split()[0]
+        except FileNotFoundError:
+            return  # ended and reaped
+        if state == "Z":  # ended, its new parent not reaping it yet
+            return
+        time.sleep(0.2)
+    os.kill(grandchild, 9)
+    pytest.fail("the step's child outlived its timeout")
+
+
+def _h100_15_report() -> dict:
+    """The H100 run's 1.5 figures (../shared/results/h100-2026-11-27/b15-*.json), torch out of memory instead."""
+    ours = {
+        "system": "torchax", "shape": [1, 16, 21, 96, 170], "load_s": 2.14, "compile_s": 32.4997,
+        "first_call_s": 37.9245, "steady_all_s": [5.3294, 5.3371], "steady_s": 5.33324, "temp_bytes": 18215987432,
+        "argument_bytes": 257703942, "peak_device_bytes": 19673357312, "flops": 1223246479360.0,
+        "analytic_conv_flops": 1567791407727616, "tflops_per_s": 293.966, "pct_of_peak": 29.7236, "time_vs_ours": 1.0,
+    }  # fmt: skip
+    torch = {"system": "torch", "shape": [1, 16, 21, 96, 170], "error": "torch.OutOfMemoryError: CUDA out of memory.",
+             "returncode": 1}  # fmt: skip
+    return {"shape": [1, 16, 21, 96, 170], "dtype": "bfloat16", "peak_tflops": 989.0, "results": [ours, torch],
+            "device": "NVIDIA H100 80GB HBM3 x1 (gpu)"}  # fmt: skip
+
+
+def test_the_draft_states_the_figures_and_every_failure():
+    def record(name, kind, label, family="cogvideox", **rest):
+        return {"name": name, "kind": kind, "label": label, "family": family, "command": f"python -m x {name}",
+                "rc": 0, "wall_s": 1.0, "timed_out": False, **rest}  # fmt: skip
+
+    steps = [
+        record("decode-1.5", "decode", "1.5", rc=1, stdout_json=_h100_15_report(), error="exit code 1"),
+        record("stream-2b", "stream", "2b", rc=None, timed_out=True, stdout_json=None, error="timed out after 600 s"),
+        record("decode-wan", "decode", "wan2.1", family="wan", stdout_json=_h100_15_report()),
+        {"name": "cold-warm-2b", "skipped": "none of its systems (torchax) chosen"},
+    ]
+    page = draft({
+        "command": "python -m bench.suite --out x", "date": "2026-11-27T11:44:51+00:00", "quick": False,
+        "dtype": "bf16", "commit": "257cb93", "versions": {"jax": "0.11.2"}, "project": {"installed": "installed"},
+        "hardware": {"gpus": ["NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04"], "cpu": "x", "cores": 16},
+        "device": "NVIDIA H100 80GB HBM3 x1 (gpu)", "steps": steps,
+    })  # fmt: skip
+    assert page.startswith("# NVIDIA H100 80GB HBM3 x1 (gpu): the standard set (draft, 2026-11-27")
+    assert "- Hardware: NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04" in page
+    assert "python -m x decode-1.5  # decode-1.5" in page  # the commands once, at the top
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in page.splitlines() if line.startswith("| ")}
+    # The issue's table, from the same JSON: ours, the Flax port, eager torch.
+    assert rows["1.5, (1,16,21,96,170) bf16, steady (median of 2)"][0] == "5.333 s"
+    assert rows["same, compile / first call"][0] == "32.5 / 37.9 s"
+    assert rows["same, compiled temp / peak device"][0] == "16.96 / 18.32 GiB"
+    assert rows["same, TFLOP/s (1568 TFLOP analytic)"][0] == "294 (29.7 % of 989)"
+    assert rows["1.5, (1,16,21,96,170) bf16, steady (median of 2)"][2].startswith("failed: torch.OutOfMemoryError")
+    assert rows["wan2.1, (1,16,21,96,170) bf16, steady (median of 2)"][1] == "CogVideoX only"
+    assert rows["stream-2b: failed (timed out after 600 s)"]
+    failures = page.split("## Failures")[1].split("##")[0]
+    assert "- decode-1.5: exit code 1" in failures and "- stream-2b: timed out after 600 s" in failures
+    assert "- decode-1.5, torch (exit code 1): torch.OutOfMemoryError: CUDA out of memory." in failures
+    assert "- cold-warm-2b: none of its systems (torchax) chosen" in page.split("## Skipped")[1]
+
+
+@pytest.mark.slow  # ten processes of torch and JAX: 4 to 6 minutes on 2 busy cores
+def test_quick_suite_writes_the_json_and_the_draft_with_every_step(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.suite", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "suite.json").read_text())
+    assert [s["name"] for s in report["steps"]] == [s.name for s in STEPS]
+    for step in report["steps"]:
+        assert step["rc"] == 0 and step["stdout_json"] and step["wall_s"] > 0 and not step.get("error"), step["name"]
+        assert step["command"].startswith("python -m ")
+    assert report["failures"] == [] and report["quick"] and report["device"]
+    assert {"python", "jax", "torch", "torchax", "diffusers", "cogvideox-torchax"} <= set(report["versions"])
+    assert report["commit"] and report["project"]["location"] and report["hardware"]["cores"]
+    by_name = {s["name"]: s["stdout_json"] for s in report["steps"]}
+    assert [r["system"] for r in by_name["decode-2b"]["results"]] == ["torchax", "flax", "torch"]
+    assert by_name["decode-2b"]["isolated"] is False  # the CPU: one process, as the CPU results were taken
+    assert all(r["max_abs_err"] is not None for r in by_name["parity-2b"]["results"])
+    assert by_name["cold-warm-2b"]["results"][0]["warm_cache_hits"] >= 1
+    torch_row = next(r for r in by_name["stream-2b"]["rows"] if r["system"] == "torch")
+    assert (torch_row["device"], torch_row["dtype"]) == ("cpu", "float32")  # no GPU: today's torch row
+    page = (tmp_path / "results-draft.md").read_text()
+    assert page == done.stdout
+    for step in report["steps"]:
+        assert f"{step['command']}  # {step['name']}" in page
+    for what in ("steady (median of 1)", "max / mean abs", "first frame from the call, cold / warm",
+                 "decode then write", "streamed (the command's default)", "README main command"):  # fmt: skip
+        assert what in page, what
+    assert "## Failures\n\nNone." in page
