@@ -1,9 +1,9 @@
 """The dtypes a VAE runs in, and named architecture presets.
 
 Architecture lives in the diffusers config (``config.json``); this module
-only holds the dtype spellings and a few named configs for building the real
-architecture offline with random weights (`PRESETS`). How the VAE is run is
-`cogvideox_torchax.options.RuntimeOptions`.
+only holds the dtype spellings and every family's named configs for
+building the real architecture offline with random weights (`PRESETS`).
+How the VAE is run is `cogvideox_torchax.options.RuntimeOptions`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
+from cogvideox_torchax import families
 from cogvideox_torchax.spellings import dtype_name
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -38,64 +39,11 @@ def canonical_dtype(dtype: str | torch.dtype) -> str:
     return dtype_name(dtype)
 
 
-_FOUR_BLOCKS = {
-    "down_block_types": ["CogVideoXDownBlock3D"] * 4,
-    "up_block_types": ["CogVideoXUpBlock3D"] * 4,
-}
-
-# The VAE configs published with the CogVideoX checkpoints (vae/config.json);
-# 2b and 5b differ only in the latent scaling factor.
+# Every family's named configs (`cogvideox_torchax.families`), by name:
+# the published configs and a tiny one per family for tests. A preset that
+# names no ``_class_name`` is CogVideoX's.
 PRESETS: dict[str, dict[str, Any]] = {
-    "cogvideox-2b": {
-        **_FOUR_BLOCKS,
-        "block_out_channels": [128, 256, 256, 512],
-        "latent_channels": 16,
-        "layers_per_block": 3,
-        "norm_num_groups": 32,
-        "norm_eps": 1e-6,
-        "temporal_compression_ratio": 4,
-        "sample_height": 480,
-        "sample_width": 720,
-        "scaling_factor": 1.15258426,
-    },
-    "cogvideox-5b": {
-        **_FOUR_BLOCKS,
-        "block_out_channels": [128, 256, 256, 512],
-        "latent_channels": 16,
-        "layers_per_block": 3,
-        "norm_num_groups": 32,
-        "norm_eps": 1e-6,
-        "temporal_compression_ratio": 4,
-        "sample_height": 480,
-        "sample_width": 720,
-        "scaling_factor": 0.7,
-    },
-    # CogVideoX 1.5's VAE (vae/config.json of the 1.5 checkpoints): the same
-    # architecture at 768x1360, scaling factor 0.7, and invert_scale_latents,
-    # which its image-to-video pipeline reads when it scales the image's
-    # latents (decoding divides by the scaling factor as for 1.0).
-    "cogvideox-1.5": {
-        **_FOUR_BLOCKS,
-        "block_out_channels": [128, 256, 256, 512],
-        "latent_channels": 16,
-        "layers_per_block": 3,
-        "norm_num_groups": 32,
-        "norm_eps": 1e-6,
-        "temporal_compression_ratio": 4,
-        "sample_height": 768,
-        "sample_width": 1360,
-        "scaling_factor": 0.7,
-        "invert_scale_latents": True,
-    },
-    # diffusers' own CogVideoX VAE test config: every code path, tiny widths.
-    "tiny": {
-        **_FOUR_BLOCKS,
-        "block_out_channels": [8, 8, 8, 8],
-        "latent_channels": 4,
-        "layers_per_block": 1,
-        "norm_num_groups": 2,
-        "temporal_compression_ratio": 4,
-    },
+    name: dict(config) for family in families.FAMILIES.values() for name, config in family.presets.items()
 }
 
 

@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from diffusers import AutoencoderKLCogVideoX
 from jax.sharding import Mesh
 
 # The module path earlier versions wrote into saved pipelines' model_index.json:
 # diffusers loads a component only from a module already imported.
 import cogvideox_torchax.runtime.vae  # noqa: F401
+from cogvideox_torchax import families
 from cogvideox_torchax.config import preset_config
 from cogvideox_torchax.io.model_files import (
     checked_module,
@@ -48,12 +48,18 @@ def build(
     mesh: Mesh | str | None = None,
     options: RuntimeOptions | None = None,
     max_memory: str | int | None = "auto",
+    family: str | None = None,
 ) -> TorchaxVAE:
-    """Builds a `TorchaxVAE` from a diffusers config and a matching state dict."""
+    """Builds a `TorchaxVAE` from a diffusers config and a matching state dict.
+
+    ``family`` (``"cogvideox"``, ``"wan"``) names the model family; None
+    reads it from the config's ``_class_name`` (none: CogVideoX).
+    """
     opts = _options(dtype, options)
     budget.parse_memory(max_memory)  # refused before the weights are read
     device_mesh = make_mesh(mesh)
-    return TorchaxVAE(checked_module(config, state_dict), state_dict, opts, device_mesh, max_memory=max_memory)
+    module = checked_module(config, state_dict, None if family is None else families.get(family))
+    return TorchaxVAE(module, state_dict, opts, device_mesh, max_memory=max_memory)
 
 
 def from_pretrained(
@@ -65,7 +71,7 @@ def from_pretrained(
     options: RuntimeOptions | None = None,
     max_memory: str | int | None = "auto",
 ) -> TorchaxVAE:
-    """Loads a CogVideoX VAE saved in diffusers format.
+    """Loads a VAE saved in diffusers format: CogVideoX's or Wan's (`cogvideox_torchax.families`, from ``_class_name``).
 
     Args:
         path_or_hub_id: a folder with ``config.json`` and safetensors weights
@@ -86,8 +92,9 @@ def from_pretrained(
         The VAE, ready to `TorchaxVAE.decode`.
 
     Raises:
-        ModelLoadError: missing folder, config or weights; a config value
-            the architecture cannot use (named); a shard outside the folder;
+        ModelLoadError: missing folder, config or weights; a config of a
+            model this runtime does not run; a config value the
+            architecture cannot use (named); a shard outside the folder;
             a missing, unexpected, mis-shaped, non-float or non-finite weight
             (named).
         ValueError: a mesh that does not fit the devices; a bad dtype.
@@ -99,7 +106,7 @@ def from_pretrained(
 
 
 def wrap(
-    vae_module: AutoencoderKLCogVideoX,
+    vae_module: torch.nn.Module,
     *,
     dtype: str | torch.dtype | None = None,
     mesh: Mesh | str | None = None,
@@ -116,7 +123,8 @@ def wrap(
     returned as it is, converted to ``dtype`` if one is given.
 
     Args:
-        vae_module: an `AutoencoderKLCogVideoX`.
+        vae_module: an upstream VAE of a family this runtime runs
+            (`AutoencoderKLCogVideoX`, `AutoencoderKLWan`).
         dtype: as `from_pretrained`; default the module's own dtype.
         mesh: as `from_pretrained`.
         options: as `from_pretrained`.
@@ -126,20 +134,18 @@ def wrap(
         if mesh is not None or options is not None or max_memory != "auto":
             raise ValueError("wrap: the VAE is already a TorchaxVAE; only dtype= can change it (by vae.to(dtype))")
         return vae_module if dtype is None else vae_module.to(dtype)
-    if not isinstance(vae_module, AutoencoderKLCogVideoX):
-        raise TypeError(f"wrap expects an AutoencoderKLCogVideoX, got {type(vae_module).__name__}")
+    try:
+        family = families.of_module(vae_module)
+    except families.UnsupportedModelError as e:
+        raise TypeError(f"wrap expects an upstream VAE, got a {e}") from None
     if dtype is None and options is None:
         dtype = vae_module.dtype
     vae = build(
-        vae_module.config, vae_module.state_dict(), dtype=dtype, mesh=mesh, options=options, max_memory=max_memory
+        vae_module.config, vae_module.state_dict(), dtype=dtype, mesh=mesh, options=options, max_memory=max_memory,
+        family=family.name,
     )
     if vae_module.use_tiling:
-        vae.enable_tiling(
-            tile_sample_min_height=vae_module.tile_sample_min_height,
-            tile_sample_min_width=vae_module.tile_sample_min_width,
-            tile_overlap_factor_height=vae_module.tile_overlap_factor_height,
-            tile_overlap_factor_width=vae_module.tile_overlap_factor_width,
-        )
+        vae.enable_tiling(**family.tiling_keywords(vae_module))
     if vae_module.use_slicing:
         vae.enable_slicing()
     if vae_module.device.type != "meta":
@@ -147,12 +153,15 @@ def wrap(
     return vae
 
 
-def random_upstream(preset: str, seed: int = 0) -> AutoencoderKLCogVideoX:
-    """The upstream VAE of a named preset with seeded random weights (CPU, fp32).
+def random_upstream(preset: str, seed: int = 0) -> torch.nn.Module:
+    """The upstream VAE of a named preset (`cogvideox_torchax.config.PRESETS`) with seeded random weights (CPU, fp32).
 
-    Torch's global RNG is left as it was.
+    Presets: ``cogvideox-2b``, ``cogvideox-5b``, ``cogvideox-1.5``, ``tiny``
+    (CogVideoX); ``wan2.1``, ``wan2.2-ti2v-5b``, ``wan-tiny`` (Wan). Torch's
+    global RNG is left as it was.
     """
     config = preset_config(preset)
+    family = families.of_config(config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return AutoencoderKLCogVideoX.from_config(config).eval()
+        return family.upstream.from_config(config).eval()

@@ -1,4 +1,4 @@
-"""Nearest-neighbour resize in the input's dtype, as `F.interpolate(mode="nearest")`.
+"""Nearest-neighbour resize in the input's dtype, as `F.interpolate(mode="nearest")` and ``"nearest-exact"``.
 
 torchax has no JAX lowering for nearest interpolation and falls back to
 torch's decomposition, which gathers from an fp32 upcast of the input: in a
@@ -19,14 +19,18 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def nearest_indices(in_size: int, out_size: int, scale_factor: float | None = None) -> np.ndarray:
-    """Source index of every output position along one axis, as torch's legacy ``"nearest"``.
+def nearest_indices(
+    in_size: int, out_size: int, scale_factor: float | None = None, *, exact: bool = False
+) -> np.ndarray:
+    """Source index of every output position along one axis, as torch's legacy ``"nearest"`` (or ``"nearest-exact"``).
 
     torch: ``int(float32(i) * scale)`` with ``scale = 1 / scale_factor`` when a
     scale factor was given, else ``in_size / out_size``; clamped to the input.
+    ``exact``: pixel centres, ``floor((float32(i) + 0.5) * scale)``.
     """
     scale = 1.0 / scale_factor if scale_factor is not None else in_size / out_size
-    idx = (np.arange(out_size, dtype=np.float32) * np.float32(scale)).astype(np.int64)
+    position = np.arange(out_size, dtype=np.float32) + (np.float32(0.5) if exact else np.float32(0))
+    idx = np.floor(position * np.float32(scale)).astype(np.int64)
     return np.minimum(idx, in_size - 1)
 
 
@@ -112,6 +116,8 @@ def nearest(
     x: jax.Array,  # (N, C, *spatial)
     out_size: Sequence[int],
     scale_factors: Sequence[float | None] | None = None,
+    *,
+    exact: bool = False,
 ) -> jax.Array:  # (N, C, *out_size), x.dtype
     """Nearest-neighbour resize of the spatial dims of ``x`` to ``out_size``.
 
@@ -120,6 +126,7 @@ def nearest(
         out_size: output size of each spatial dim.
         scale_factors: per spatial dim, the scale factor the caller gave
             (it decides torch's index rounding), or None where a size was given.
+        exact: ``"nearest-exact"``'s pixel-centre indices (`nearest_indices`).
 
     Returns:
         The resized array, in ``x.dtype``.
@@ -130,16 +137,17 @@ def nearest(
     factors = list(scale_factors) if scale_factors is not None else [None] * spatial
     for d, (size, factor) in enumerate(zip(out_size, factors, strict=True)):
         axis = 2 + d
-        x = take_indices(x, nearest_indices(x.shape[axis], size, factor), axis)
+        x = take_indices(x, nearest_indices(x.shape[axis], size, factor, exact=exact), axis)
     return x
 
 
-def nearest_reference(x: jax.Array, out_size: Sequence[int], scale_factors=None) -> jax.Array:
+def nearest_reference(x: jax.Array, out_size: Sequence[int], scale_factors=None, *, exact: bool = False) -> jax.Array:
     """Index arithmetic in fp32 on the device, for checking `nearest`."""
     factors = list(scale_factors) if scale_factors is not None else [None] * (x.ndim - 2)
     for d, (size, factor) in enumerate(zip(out_size, factors, strict=True)):
         in_size = x.shape[2 + d]
         scale = 1.0 / factor if factor is not None else in_size / size
-        idx = jnp.minimum((jnp.arange(size, dtype=jnp.float32) * scale).astype(jnp.int32), in_size - 1)
+        position = jnp.arange(size, dtype=jnp.float32) + (0.5 if exact else 0.0)
+        idx = jnp.minimum(jnp.floor(position * scale).astype(jnp.int32), in_size - 1)
         x = jnp.take(x, idx, axis=2 + d)
     return x

@@ -15,8 +15,8 @@ PACKAGE = "cogvideox_torchax"
 # -> patches -> data types, profiles and kernels.
 LAYERS = (
     ("ground", ("spellings", "config", "_torch_compat", "kernels", "platforms.profiles", "platforms.run_plan",
-                "platforms.hardware", "platforms.accelerators", "platforms.hlo", "parallel", "io")),
-    ("patches", ("patches",)),
+                "platforms.hardware", "platforms.accelerators", "platforms.hlo", "parallel", "io", "families")),
+    ("patches", ("patches", "families.wan.patches")),
     ("options", ("options", "platforms.build")),
     ("runtime", ("vae", "memory")),
     ("facade", ("loading", "runtime", PACKAGE)),

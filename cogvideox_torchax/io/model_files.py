@@ -6,9 +6,7 @@ anything is built from it.
 
 from __future__ import annotations
 
-import inspect
 import json
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -16,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from diffusers import AutoencoderKLCogVideoX
-from diffusers.models.activations import ACT2CLS
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from cogvideox_torchax import families
 from cogvideox_torchax.io.latents import LatentsError, check_header
 
 CONFIG_NAME = "config.json"
@@ -82,7 +79,13 @@ def resolve_model_dir(path_or_hub_id: str | os.PathLike, subfolder: str | None =
 
 
 def read_config(folder: Path) -> dict[str, Any]:
-    """Reads and checks the diffusers ``config.json`` of an AutoencoderKLCogVideoX."""
+    """Reads and checks the diffusers ``config.json`` of a VAE of a family this runtime runs.
+
+    Raises:
+        ModelLoadError: no config, not JSON, a ``_class_name`` of a model
+            this runtime does not run (naming those it does), or a value the
+            architecture cannot use (named).
+    """
     path = folder / CONFIG_NAME
     if not path.is_file():
         raise ModelLoadError(f"no {CONFIG_NAME} in model folder {str(folder)!r}")
@@ -92,98 +95,38 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise ModelLoadError(f"{str(path)!r} is not valid JSON: {e}") from e
     except RecursionError as e:
         raise ModelLoadError(f"{str(path)!r} is nested too deeply to be a config") from e
-    cls = config.get("_class_name", AutoencoderKLCogVideoX.__name__) if isinstance(config, dict) else None
-    if cls != AutoencoderKLCogVideoX.__name__:
-        raise ModelLoadError(f"{str(path)!r} describes a {cls!r}, not an {AutoencoderKLCogVideoX.__name__}")
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{str(path)!r} holds a JSON {type(config).__name__}, not a config object")
+    family_of(config, source=str(path))
     check_config(config, source=str(path))
     return config
 
 
-# Upstream's defaults for the keys a config may leave out.
-_DEFAULTS = {
-    k: v.default
-    for k, v in inspect.signature(AutoencoderKLCogVideoX.__init__).parameters.items()
-    if k != "self"
-}
-_POSITIVE_INTS = ("in_channels", "out_channels", "latent_channels", "layers_per_block", "norm_num_groups",
-                  "sample_height", "sample_width")
-_MAX_INT = 2**31 - 1
-_BLOCK_TYPES = {"down_block_types": "CogVideoXDownBlock3D", "up_block_types": "CogVideoXUpBlock3D"}
-_FLAGS = ("use_quant_conv", "use_post_quant_conv", "invert_scale_latents")
-_ACTIVATIONS = frozenset(ACT2CLS)
+def family_of(config: Mapping[str, Any], source: str = "config") -> families.Family:
+    """The model family ``config`` describes (its ``_class_name``).
 
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _finite(v: Any) -> bool:
-    """A number (not a bool) whose float is finite (ints too large for a float are not)."""
+    Raises:
+        ModelLoadError: a class this runtime does not run; the message names those it runs.
+    """
     try:
-        return _is_number(v) and math.isfinite(float(v))
-    except OverflowError:
-        return False
+        return families.of_config(config)
+    except families.UnsupportedModelError as e:
+        raise ModelLoadError(f"{source} describes a {e}") from e
 
 
 def check_config(config: Mapping[str, Any], source: str = "config") -> None:
-    """Checks every value the architecture needs, before anything is built.
+    """Checks every value the architecture of ``config``'s family needs, before anything is built.
 
-    Keys left out take upstream's defaults. What diffusers would only trip
-    over later (a division by ``norm_num_groups`` 0, an empty
-    ``block_out_channels``, ``log2`` of a ``temporal_compression_ratio`` 0, a
-    ``scaling_factor`` 0 the latents are divided by) is refused here.
+    Keys left out take upstream's defaults; what upstream would only trip
+    over later is refused here (`families.Family.check_config`).
 
     Raises:
         ModelLoadError: naming the first bad key, its value and what it must be.
     """
-
-    def bad(key: str, must: str) -> ModelLoadError:
-        value = repr(merged[key])
-        value = value if len(value) <= 60 else value[:57] + "..."
-        return ModelLoadError(f"{source}: {key!r} is {value}; it must be {must}")
-
-    merged = {**_DEFAULTS, **config}
-    for key in _POSITIVE_INTS:
-        v = merged[key]
-        if not (_is_int(v) and 1 <= v <= _MAX_INT):
-            raise bad(key, f"an integer from 1 to {_MAX_INT}")
-    blocks = merged["block_out_channels"]
-    if not (isinstance(blocks, (list, tuple)) and blocks and all(_is_int(c) and 1 <= c <= _MAX_INT for c in blocks)):
-        raise bad("block_out_channels", "a non-empty list of positive integers")
-    groups = merged["norm_num_groups"]
-    if any(c % groups for c in blocks):
-        raise bad("block_out_channels", f"channel counts divisible by norm_num_groups ({groups})")
-    for key, name in _BLOCK_TYPES.items():
-        types = merged[key]
-        if not (isinstance(types, (list, tuple)) and len(types) == len(blocks) and all(t == name for t in types)):
-            raise bad(key, f"a list of {len(blocks)} {name!r} (one per block_out_channels entry)")
-    ratio = merged["temporal_compression_ratio"]
-    top = 2 ** (len(blocks) - 1)
-    if not (_finite(ratio) and float(ratio) in {float(2**k) for k in range(len(blocks))}):
-        raise bad("temporal_compression_ratio", f"a power of two from 1 to {top}")
-    for key in ("scaling_factor", "norm_eps"):
-        v = merged[key]
-        # The latents are divided by the scaling factor: its inverse must be finite too.
-        if not (_finite(v) and v > 0 and math.isfinite(1.0 / float(v))):
-            raise bad(key, "a finite number above 0 (with a finite inverse)")
-    shift = merged["shift_factor"]
-    if shift is not None and not _finite(shift):
-        raise bad("shift_factor", "null or a finite number")
-    for key in ("latents_mean", "latents_std"):
-        v = merged[key]
-        if v is not None and not (isinstance(v, (list, tuple)) and all(_finite(x) for x in v)):
-            raise bad(key, "null or a list of finite numbers")
-    if merged["act_fn"] not in _ACTIVATIONS:
-        raise bad("act_fn", f"one of {', '.join(sorted(_ACTIVATIONS))}")
-    for key in _FLAGS:
-        if not isinstance(merged[key], bool):
-            raise bad(key, "true or false")
-    if not (isinstance(merged["force_upcast"], bool) or _is_number(merged["force_upcast"])):
-        raise bad("force_upcast", "true or false")
+    try:
+        family_of(config, source).check_config(config, source)
+    except families.ConfigError as e:
+        raise ModelLoadError(str(e)) from e
 
 
 def with_variant(name: str, variant: str | None) -> str:
@@ -285,19 +228,29 @@ def check_finite_weights(state_dict: Mapping[str, torch.Tensor]) -> None:
             raise ModelLoadError(f"weight {key!r} holds NaN or Inf")
 
 
-def checked_module(config: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor]) -> AutoencoderKLCogVideoX:
+def checked_module(
+    config: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor], family: families.Family | None = None
+) -> torch.nn.Module:
     """The upstream module of ``config`` on the meta device (no init, no memory), ``state_dict`` checked against it.
 
+    ``family`` None is the config's (its ``_class_name``).
+
     Raises:
-        ModelLoadError: a config the architecture cannot use; a missing,
-            unexpected, mis-shaped, non-float or non-finite weight (named).
+        ModelLoadError: a config of a model this runtime does not run, or
+            one the architecture cannot use; a missing, unexpected,
+            mis-shaped, non-float or non-finite weight (named).
     """
-    check_config(config)
+    family = family or family_of(config)
+    try:
+        family.check_config(config)
+    except families.ConfigError as e:
+        raise ModelLoadError(str(e)) from e
     try:
         with torch.device("meta"):
-            module = AutoencoderKLCogVideoX.from_config(dict(config))
-    except (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError, RuntimeError) as e:
-        raise ModelLoadError(f"config does not build an AutoencoderKLCogVideoX: {e}") from e
+            module = family.upstream.from_config(dict(config))
+    except (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError, RuntimeError,
+            AssertionError) as e:
+        raise ModelLoadError(f"config does not build an {family.class_name}: {e}") from e
     check_state_dict(module, state_dict)
     check_finite_weights(state_dict)
     return module

@@ -12,15 +12,14 @@ it free. Tiling changes results only as upstream's own tiled decode does.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 from collections.abc import Iterator
-from fractions import Fraction
 from typing import Any, NamedTuple
 
 from jax.sharding import Mesh
 
+from cogvideox_torchax.families.cogvideox import tiling as cogvideox_tiling
 from cogvideox_torchax.spellings import parse_memory  # noqa: F401  (part of this module's API)
 
 # Left free of every budget: XLA's memory analysis does not count the
@@ -202,25 +201,10 @@ def human(n: int) -> str:
 def tiled_candidates(
     latent_hw: tuple[int, int], spatial_scale: int, overlaps: tuple[float, float] = (1 / 6, 1 / 5)
 ) -> Iterator[Candidate]:
-    """`enable_tiling` keywords for growing tile counts over a latent frame of ``latent_hw``.
+    """CogVideoX's `enable_tiling` keywords for growing tile counts over a latent frame of ``latent_hw``.
 
-    Each candidate's tile is about ``1/k`` of the frame for k in
-    `TILE_COUNTS`, rounded up to a multiple of the overlap's denominator
-    (6 and 5 for upstream's overlap factors 1/6 and 1/5): upstream's tiled
-    decode crops each tile to ``tile - int(tile * overlap)`` pixels while
-    stepping by ``int(tile * (1 - overlap))`` latents, and only such tiles
-    make the two agree, so the tiled video has the whole video's size.
-    Counts that give no new, smaller tile are skipped.
+    `cogvideox_torchax.families.cogvideox.tiling.tiles` with `TILE_COUNTS`
+    (each family's planner candidates: `families.Family.tiled_candidates`).
     """
-    multiples = [Fraction(o).limit_denominator(64).denominator for o in overlaps]
-    seen = set()
-    for k in TILE_COUNTS:
-        tile = tuple(max(m, math.ceil(math.ceil(n / k) / m) * m) for n, m in zip(latent_hw, multiples, strict=True))
-        if tile in seen or (tile[0] >= latent_hw[0] and tile[1] >= latent_hw[1]):
-            continue
-        seen.add(tile)
-        yield Candidate(
-            f"tiles of {tile[0]}x{tile[1]} latents",
-            {"tile_sample_min_height": tile[0] * spatial_scale, "tile_sample_min_width": tile[1] * spatial_scale},
-            None,
-        )
+    for name, keywords in cogvideox_tiling.tiles(latent_hw, spatial_scale, overlaps, TILE_COUNTS):
+        yield Candidate(name, keywords, None)

@@ -96,12 +96,11 @@ class Planner:
     def candidates(self, kind: str, shape: tuple[int, ...], target: str | None = None,
                    mesh: tuple[int, int] | None = None) -> list[Candidate]:
         """Candidates in order of expected speed: whole, tiled with growing tile counts, wider ``tp`` meshes."""
-        module = self.programs.own.module
-        scale = 2 ** (len(module.config.block_out_channels) - 1)
+        module, family = self.programs.own.module, self.programs.family
+        scale = family.spatial_scale(module.config)
         frame = shape[-2:] if kind != "encode" else tuple(-(-n // scale) for n in shape[-2:])
         first = "tiled as set" if module.use_tiling else "whole"
-        overlaps = (module.tile_overlap_factor_height, module.tile_overlap_factor_width)
-        tiled = list(budget.tiled_candidates(frame, scale, overlaps))
+        tiled = [Candidate(name, kw, None) for name, kw in family.tiled_candidates(module, frame, budget.TILE_COUNTS)]
         if target is not None:  # a named accelerator: its devices, its mesh named
             wider = budget.tp_candidates(mesh, accelerators.get(target).devices, first)
             return [Candidate(first, None, mesh, target), *(c._replace(mesh=mesh, target=target) for c in tiled),

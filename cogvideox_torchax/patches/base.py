@@ -11,7 +11,7 @@ order; `cogvideox_torchax.platforms.build` reads nothing else.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -71,6 +71,11 @@ class Patch:
         why_not: why it does not apply to a placement, beyond the platform
             profile's ``skips`` and ``requires``; None when it applies.
         compiler_options: XLA options the placement's program needs with it.
+        families: the model families it patches (`cogvideox_torchax.families`),
+            None for every family (a leaf operation any module may hold).
+        overrides: for a patch that acts while tracing, the torch functions
+            it replaces on our traced torchax environment and their
+            replacements (`registry.environment`).
     """
 
     switch: str
@@ -81,12 +86,20 @@ class Patch:
     after: tuple[str, ...] = ()
     why_not: WhyNot = _always
     compiler_options: Callable[[Placement], dict[str, str] | None] = _no_options
+    families: tuple[str, ...] | None = None
+    overrides: Callable[[], Mapping[Any, Callable[..., Any]]] | None = None
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
             raise ValueError(f"patch {self.switch!r}: stage must be one of {STAGES}, got {self.stage!r}")
         if not self.switch.isidentifier():
             raise ValueError(f"patch switch {self.switch!r} is not a Python identifier (it is a keyword argument)")
+        if self.families is not None and (isinstance(self.families, str) or not self.families):
+            raise ValueError(f"patch {self.switch!r}: families must be None or a non-empty tuple of family names")
+
+    def patches(self, family: str) -> bool:
+        """Whether this patch applies to modules of the model family ``family``."""
+        return self.families is None or family in self.families
 
 
 def is_torchax(x: Any) -> bool:

@@ -208,6 +208,7 @@ PATCHES = (
         "trim_conv_cache", "layers",
         "Time-kernel-1 causal convs return no conv cache (upstream returns, and never reads, their whole input).",
         lambda m, plan, mesh: apply_conv_cache_trim(m),
+        families=("cogvideox",),
     ),
     Patch(
         "cache_first", "layers",
@@ -215,6 +216,7 @@ PATCHES = (
         "(`patches.CacheFirstCausalConv3d`), so chained decoder calls do not keep each call's full-size "
         "activations alive (92 GB instead of ~16 GB at 49 frames 480x720).",
         lambda m, plan, mesh: apply_cache_first(m, materialise_padded=plan.placement.profile.materialise_padded),
+        families=("cogvideox",),
         # Both swap causal convs by exact class: the trimmed ones first.
         after=("trim_conv_cache",),
         compiler_options=_keep_barriers,
@@ -224,6 +226,7 @@ PATCHES = (
         "Causal convs run as one 2-D convolution per time tap and carry partial sums as their conv cache "
         "(`patches.TimeTapCausalConv3d`, ~1.5x faster convs on XLA:CPU). CPU and fp32 only.",
         lambda m, plan, mesh: apply_time_tap_conv(m),
+        families=("cogvideox",),
         requires=("cache_first",),
         why_not=_time_taps_why_not,
     ),

@@ -8,7 +8,7 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafeConv3d
 
 from cogvideox_torchax.kernels.conv import ConvPolicy, conv
-from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
+from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax, swap_classes
 
 
 class ChunkFreeSafeConv3d(CogVideoXSafeConv3d):
@@ -82,8 +82,9 @@ def apply_conv_bias(vae: torch.nn.Module, policy: ConvPolicy | None = None) -> i
 
     The default policy adds the bias inside the fp32 accumulator (one
     rounding), channels-first, never split; `cogvideox_torchax.platforms.run_plan` picks
-    one per backend. Covers `nn.Conv2d` (the upsamplers), `nn.Conv3d` and
-    both kinds of `CogVideoXSafeConv3d`. Composes with `apply_safe_conv` in
+    one per backend. Covers `nn.Conv2d` (the upsamplers), `nn.Conv3d`,
+    both kinds of `CogVideoXSafeConv3d`, and any other subclass of them (a
+    `FusedBiasConv` mixin in front of its class: Wan's `WanCausalConv3d`). Composes with `apply_safe_conv` in
     either order; calling it again sets the new policy.
 
     Returns:
@@ -98,6 +99,11 @@ def apply_conv_bias(vae: torch.nn.Module, policy: ConvPolicy | None = None) -> i
             ChunkFreeSafeConv3d: JaxChunkFreeSafeConv3d,
         },
     )
+    for module in vae.modules():
+        # Any other family's own convolution class (Wan's causal conv pads,
+        # then calls `nn.Conv3d.forward`): the kernel behind its forward.
+        if isinstance(module, (torch.nn.Conv2d, torch.nn.Conv3d)) and not isinstance(module, FusedBiasConv):
+            count += add_mixin(module, FusedBiasConv)
     for module in vae.modules():
         if isinstance(module, FusedBiasConv):
             module.conv_policy = policy or ConvPolicy()
@@ -122,6 +128,7 @@ PATCHES = (
         "Run `CogVideoXSafeConv3d` as one convolution instead of upstream's memory-size chunking. On a GPU only "
         "together with ``conv_bias``, whose kernel splits what cuDNN cannot take.",
         lambda m, plan, mesh: apply_safe_conv(m),
+        families=("cogvideox",),
         # Its condition reads whether conv_bias was applied.
         after=("conv_bias",),
         why_not=_chunk_free_why_not,

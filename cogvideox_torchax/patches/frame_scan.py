@@ -32,16 +32,31 @@ def _scan_batches(
     """Upstream's frame-batch loop over dim 2 of ``x``, the batches after the first as one scan.
 
     ``step(x_batch, conv_cache) -> (out, conv_cache)``; the first batch takes
-    ``per_batch`` plus the remainder. Returns the outputs joined along dim 2.
-    With ``slice_in_step`` each scan step slices its batch out of ``x``
-    instead of scanning over a batch-major copy of the later frames (the
-    encode: a copy of the video, 0.15 GiB for 49 frames at 480x720 in
-    fp32, alive through the loop). The decode keeps the copy (its latents
-    are small).
+    ``per_batch`` plus the remainder. Returns the outputs joined along dim 2
+    (`scan_frames`).
     """
-    batch, channels, num_frames, height, width = x.shape
-    first_len = per_batch + num_frames % per_batch
+    first_len = per_batch + x.shape[2] % per_batch
+    return scan_frames(step, x, first_len, per_batch, num_batches - 1, slice_in_step=slice_in_step)
+
+
+def scan_frames(
+    step, x: torch.Tensor, first_len: int, per_step: int, num_steps: int, *, slice_in_step: bool = False
+) -> torch.Tensor:
+    """A frame loop over dim 2 of ``x``: a first batch of ``first_len`` frames, then ``num_steps`` scan steps.
+
+    ``step(x_batch, cache) -> (out, cache)`` gets None as the first batch's
+    cache; every later step's cache has the shapes the first batch returned.
+    Frames past ``first_len + num_steps * per_step`` are not read. Returns
+    the outputs joined along dim 2. With ``slice_in_step`` each scan step
+    slices its batch out of ``x`` instead of scanning over a batch-major
+    copy of the later frames (an encode: a copy of the video, 0.15 GiB for
+    49 frames at 480x720 in fp32, alive through the loop). A decode keeps
+    the copy (its latents are small).
+    """
+    batch, channels, _, height, width = x.shape
     first, conv_cache = step(x[:, :, :first_len], None)
+    if num_steps < 1:
+        return first
 
     # Only for crossing between torch and JAX views (no op runs through it):
     # the ops run in whichever environment our traced call entered.
@@ -56,14 +71,14 @@ def _scan_batches(
     first, conv_cache = env.j2t_iso(jax.lax.optimization_barrier(env.t2j_iso((first, conv_cache))))
     if slice_in_step:
         whole = env.t2j_iso(x)
-        xs = jax.numpy.arange(num_batches - 1)
+        xs = jax.numpy.arange(num_steps)
 
         def batch_of(i):
-            return jax.lax.dynamic_slice_in_dim(whole, first_len + i * per_batch, per_batch, axis=2)
+            return jax.lax.dynamic_slice_in_dim(whole, first_len + i * per_step, per_step, axis=2)
 
     else:
-        rest = env.t2j_iso(x[:, :, first_len:])  # (B, C, (n-1) * per_batch, H, W)
-        xs = rest.reshape(batch, channels, num_batches - 1, per_batch, height, width).transpose(2, 0, 1, 3, 4, 5)
+        rest = env.t2j_iso(x[:, :, first_len : first_len + num_steps * per_step])  # (B, C, steps * per_step, H, W)
+        xs = rest.reshape(batch, channels, num_steps, per_step, height, width).transpose(2, 0, 1, 3, 4, 5)
 
         def batch_of(x_batch):
             return x_batch
@@ -140,6 +155,7 @@ PATCHES = (
         "Decode and encode the frame batches after the first with one `jax.lax.scan` (compile time independent "
         "of length); False keeps upstream's loops, unrolled into the jit.",
         lambda m, plan, mesh: apply_frame_scan(m),
+        families=("cogvideox",),
         requires=("trim_conv_cache",),
     ),
 )

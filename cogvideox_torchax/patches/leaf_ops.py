@@ -66,6 +66,7 @@ PATCHES = (
         "Replace `nn.GroupNorm` with `kernels.group_norm` (fp32 statistics, no full-size fp32 copy). "
         "False keeps torchax's lowering of the upstream op, for comparison.",
         lambda m, plan, mesh: apply_group_norm(m),
+        families=("cogvideox",),
     ),
     Patch(
         "silu", "ops",

@@ -1,10 +1,13 @@
-"""Every patch of the package, in the order of application derived from what each declares.
+"""Every patch, in the order of application derived from what each declares, and each family's share.
 
-Each module of `cogvideox_torchax.patches` that declares ``PATCHES`` is
-found here, so adding a patch touches its own module (and its test) only:
-its switch becomes a keyword of `RuntimeOptions`, its place in the order
-follows from its stage, ``requires`` and ``after``, and its documentation
-appears in the handbook's list of switches (`switches_markdown`).
+Each module of `cogvideox_torchax.patches` (CogVideoX's patches and those
+of every family) and of each model family's own patch package that
+declares ``PATCHES`` is found here, so adding a patch touches its own
+module (and its test) only: its switch becomes a keyword of
+`RuntimeOptions`, its place in the order follows from its stage,
+``requires`` and ``after``, its family from its ``families``, and its
+documentation appears in the handbook's list of switches
+(`switches_markdown`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Iterable
+from typing import Any
 
+from cogvideox_torchax import families
+from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.patches.base import STAGES, Patch
 
 PACKAGE = "cogvideox_torchax.patches"
@@ -54,20 +60,66 @@ def ordered(found: Iterable[Patch]) -> tuple[Patch, ...]:
     return tuple(by_switch[n] for n in order)
 
 
-def discover(package: str = PACKAGE) -> tuple[Patch, ...]:
-    """The ``PATCHES`` of every module of ``package``, in the order of application (`ordered`)."""
+def _declared(package: str) -> list[Patch]:
     pkg = importlib.import_module(package)
     found: list[Patch] = []
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{package}.{info.name}")
         found.extend(getattr(module, "PATCHES", ()))
+    return found
+
+
+def discover(package: str = PACKAGE) -> tuple[Patch, ...]:
+    """The ``PATCHES`` of every module of ``package`` and of every family's own package, in order (`ordered`).
+
+    Raises:
+        RuntimeError: a patch names a family that is not registered (or see `ordered`).
+    """
+    found = _declared(package)
+    for family in families.FAMILIES.values():
+        if family.patch_package is not None:
+            found.extend(_declared(family.patch_package))
+    for patch in found:
+        unknown = sorted(set(patch.families or ()) - set(families.FAMILIES))
+        if unknown:
+            raise RuntimeError(f"patch {patch.switch!r} names unknown families {unknown}")
     return ordered(found)
 
 
 @functools.cache
 def patches() -> tuple[Patch, ...]:
-    """Every `Patch` of the package, in the order of application."""
+    """Every registered `Patch`, of every family, in the order of application."""
     return discover()
+
+
+def patches_for(family: str) -> tuple[Patch, ...]:
+    """The patches of the model family ``family`` (its own and every family's), in the order of application."""
+    return tuple(p for p in patches() if p.patches(family))
+
+
+_ENVIRONMENTS: dict[frozenset[str], Any] = {}
+
+
+def environment(switches: Iterable[str]) -> Any:
+    """The torchax environment our traced calls run in, with the op overrides of those of ``switches`` that have any.
+
+    Functions such as ``F.interpolate`` are not modules, so their patches
+    cannot be applied to a module: each is an op override (torchax's
+    public ``override_op_definition``) on an environment of our own, one
+    per set of overrides, used only inside our jitted encode and decode,
+    so torchax's default environment and anyone else's torch code keep
+    torchax's own lowering.
+    """
+    torchax = import_torchax()
+    by_switch = {p.switch: p for p in patches() if p.overrides is not None}
+    key = frozenset(s for s in switches if s in by_switch)
+    if key not in _ENVIRONMENTS:
+        env = torchax.tensor.Environment()
+        for switch in sorted(key):
+            for op, impl in by_switch[switch].overrides().items():
+                env.override_op_definition(op, impl)
+        _ENVIRONMENTS[key] = env
+    return _ENVIRONMENTS[key]
 
 
 def switches() -> tuple[str, ...]:
@@ -83,5 +135,6 @@ def switches_markdown(found: Iterable[Patch] | None = None) -> str:
     ]
     for i, p in enumerate(patches() if found is None else found, 1):
         needs = ", ".join(f"`{n}`" for n in p.requires) or "-"
-        rows.append(f"| {i} | `{p.switch}` | {p.stage} | {needs} | {p.doc.replace('|', '/')} |")
+        which = "" if p.families is None else ", ".join(families.get(f).title for f in p.families) + " only: "
+        rows.append(f"| {i} | `{p.switch}` | {p.stage} | {needs} | {which}{p.doc.replace('|', '/')} |")
     return "\n".join(rows) + "\n"

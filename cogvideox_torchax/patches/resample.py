@@ -124,6 +124,7 @@ PATCHES = (
         "XLA lays 2-D convolutions out NHWC and 3-D ones NCDHW, and the islands cost activation-sized transposes; "
         "on TPU the program needs less memory.",
         lambda m, plan, mesh: apply_resample_conv3d(m),
+        families=("cogvideox",),
         requires=("conv_bias",),
     ),
 )

@@ -215,6 +215,7 @@ PATCHES = (
         "(`patches.LowResSpatialNorm3D`): the same values without two full-size tensors per norm. Meshes with "
         "``tp=1`` only.",
         lambda m, plan, mesh: apply_low_res_spatial_norm(m, block_broadcast=plan.placement.profile.block_broadcast),
+        families=("cogvideox",),
         why_not=_low_res_why_not,
     ),
 )

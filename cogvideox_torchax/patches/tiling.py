@@ -168,5 +168,6 @@ PATCHES = (
         "When tiling is enabled (`TorchaxVAE.enable_tiling`), decode equal-shape tiles together, one per ``dp`` "
         "replica per scan step; False traces upstream's loop, one decoder per tile.",
         lambda m, plan, mesh: apply_tile_batching(m, tiles_per_step=plan.placement.dp),
+        families=("cogvideox",),
     ),
 )

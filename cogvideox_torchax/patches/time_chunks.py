@@ -236,6 +236,7 @@ PATCHES = (
         "(`patches.TimeChunkedResnetBlock3D`): no padded input stored whole (H200, bf16: 1.5 at (1,16,21,96,170) "
         "20.40 -> 15.61 GiB, 2b at (1,16,13,60,90) 6.44 -> 5.80 GiB of temporaries).",
         lambda m, plan, mesh: apply_time_chunks(m),
+        families=("cogvideox",),
         requires=("group_norm", "conv_bias", "cache_first", "low_res_spatial_norm"),
     ),
 )

@@ -1,4 +1,4 @@
-"""``F.interpolate(mode="nearest")`` by `kernels.upsample.nearest`: an op override on our own torchax environment."""
+"""``F.interpolate(mode="nearest"|"nearest-exact")`` by `kernels.upsample.nearest`: an op override while tracing."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def _nearest_interpolate(
     recompute_scale_factor=None,
     antialias=False,
 ):
-    """`F.interpolate` for ``mode="nearest"`` by `kernels.upsample.nearest`; other modes go to torchax as before."""
-    if mode != "nearest" or antialias or not is_torchax(input):
+    """`F.interpolate`'s ``"nearest"`` and ``"nearest-exact"`` by `kernels.upsample.nearest`; others to torchax."""
+    if mode not in ("nearest", "nearest-exact") or antialias or not is_torchax(input):
         raise torchax.tensor.OperatorNotFound("not nearest: torchax's own path")  # torchax falls back
     spatial = input.ndim - 2
     if size is not None:
@@ -34,37 +34,24 @@ def _nearest_interpolate(
         # the index rounding unless recompute_scale_factor asks otherwise.
         out_size = tuple(int(math.floor(float(n) * f)) for n, f in zip(input.shape[2:], sf, strict=True))
         factors = None if recompute_scale_factor else sf
-    fn = functools.partial(nearest, out_size=out_size, scale_factors=factors)
+    fn = functools.partial(nearest, out_size=out_size, scale_factors=factors, exact=mode == "nearest-exact")
     return interop.torch_view(fn)(input)
 
 
-_ENVIRONMENTS: dict[bool, Any] = {}
-
-
 def traced_environment(nearest_upsample: bool) -> Any:
-    """The torchax environment our traced calls run in, one per setting.
+    """The environment of our traced calls with (or without) the nearest-upsample override (`registry.environment`)."""
+    from cogvideox_torchax.patches import registry
 
-    ``F.interpolate`` is a function, not a module, so the nearest-upsample
-    patch cannot be applied to a module: it is an op override
-    (torchax's public ``override_op_definition``) on an environment of our
-    own, used only inside our jitted encode and decode, so torchax's
-    default environment and anyone else's torch code keep torchax's own
-    lowering.
-    """
-    if nearest_upsample not in _ENVIRONMENTS:
-        env = torchax.tensor.Environment()
-        if nearest_upsample:
-            env.override_op_definition(torch.nn.functional.interpolate, _nearest_interpolate)
-        _ENVIRONMENTS[nearest_upsample] = env
-    return _ENVIRONMENTS[nearest_upsample]
+    return registry.environment(("nearest_upsample",) if nearest_upsample else ())
 
 
-# Not a module patch: the traced call scopes it (`traced_environment`).
+# Not a module patch: the traced call scopes it (`registry.environment`).
 PATCHES = (
     Patch(
         "nearest_upsample", "ops",
-        '``F.interpolate(mode="nearest")`` by `kernels.upsample.nearest`, in the activation dtype (torchax\'s '
-        "fallback gathers from an fp32 copy). Acts while tracing.",
+        '``F.interpolate(mode="nearest")`` (and ``"nearest-exact"``) by `kernels.upsample.nearest`, in the '
+        "activation dtype (torchax's fallback gathers from an fp32 copy). Acts while tracing.",
         None,
+        overrides=lambda: {torch.nn.functional.interpolate: _nearest_interpolate},
     ),
 )

@@ -6,16 +6,11 @@ import functools
 from typing import Any
 
 import torch
-from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
-from diffusers.models.upsampling import CogVideoXUpsample3D
 from jax.sharding import Mesh
 
+from cogvideox_torchax import families
 from cogvideox_torchax.parallel import sharding
 from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax
-
-# Activations are constrained where they are produced: every causal conv (the
-# bulk of the compute), every norm, and every upsampler (where width doubles).
-_SHARDED_OUTPUTS = (CogVideoXCausalConv3d, torch.nn.GroupNorm, CogVideoXUpsample3D)
 
 
 class ShardedOutputMixin:
@@ -42,17 +37,20 @@ class ShardedOutputMixin:
 def apply_width_sharding(vae: torch.nn.Module, mesh: Mesh | None) -> int:
     """Constrains activations to split width over ``tp`` and batch over ``dp``.
 
-    Apply it after the other module patches (they swap exact classes).
-    Re-applying replaces the previous mesh; ``None`` or a one-device mesh
-    removes the constraints.
+    Activations are constrained where they are produced, by the modules of
+    its family's `families.Family.sharded_outputs` (causal convs, norms,
+    upsamplers). Apply it after the other module patches (they swap exact
+    classes). Re-applying replaces the previous mesh; ``None`` or a
+    one-device mesh removes the constraints.
 
     Returns:
         How many modules carry a constraint afterwards.
     """
     active = mesh is not None and mesh.size > 1
+    outputs = families.of_module(vae).sharded_outputs()
     count = 0
     for module in vae.modules():
-        if not isinstance(module, _SHARDED_OUTPUTS):
+        if not isinstance(module, outputs):
             continue
         if active:
             add_mixin(module, ShardedOutputMixin)

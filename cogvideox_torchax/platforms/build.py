@@ -1,6 +1,6 @@
 """Building and applying a `RunPlan`: the registered patches, the options' switches and the platform's profile.
 
-`build_plan` walks the patches in their order of application
+`build_plan` walks a model family's patches in their order of application
 (`cogvideox_torchax.patches.registry`) and keeps each whose switch is on, or
 on auto where it applies: where the platform's profile does not skip it,
 the patch's own condition holds and what it requires was applied before
@@ -14,9 +14,10 @@ from typing import Any
 import torch
 from jax.sharding import Mesh
 
+from cogvideox_torchax import families
 from cogvideox_torchax.kernels.conv import ConvPolicy
 from cogvideox_torchax.options import RuntimeOptions
-from cogvideox_torchax.patches.registry import patches
+from cogvideox_torchax.patches.registry import patches, patches_for
 from cogvideox_torchax.platforms.run_plan import Placement, RunPlan
 
 
@@ -50,16 +51,24 @@ def why_not(patch, placement: Placement, applied: frozenset[str]) -> str | None:
     return f"needs {', '.join(missing)}" if missing else None
 
 
-def build_plan(options: RuntimeOptions, placement: Placement) -> RunPlan:
-    """Decides what runs for ``placement`` under ``options``.
+def build_plan(options: RuntimeOptions, placement: Placement, family: str | None = None) -> RunPlan:
+    """Decides what runs for a module of the model family ``family`` on ``placement`` under ``options``.
+
+    ``family`` None is the default family's (a config naming no class).
 
     Raises:
-        ValueError: a switch set to True cannot apply to ``placement``; the
-            message says why.
+        ValueError: a switch set to True cannot apply to ``placement``, or
+            is another family's; the message says why.
     """
+    family = family or families.DEFAULT.name
+    own = patches_for(family)
+    for patch in patches():
+        if options.switch(patch.switch) and patch not in own:
+            owners = ", ".join(families.get(f).title for f in patch.families or ())
+            raise ValueError(f"{patch.switch}=True cannot apply to {families.get(family).title}: it patches {owners}")
     applied: list[str] = []
     skipped: list[tuple[str, str]] = []
-    for patch in patches():
+    for patch in own:
         wanted = options.switch(patch.switch)
         if wanted is False:
             continue
@@ -72,7 +81,7 @@ def build_plan(options: RuntimeOptions, placement: Placement) -> RunPlan:
         else:
             skipped.append((patch.switch, why))
     conv = conv_policy(placement, options) if "conv_bias" in applied else None
-    return RunPlan(placement, tuple(applied), tuple(skipped), conv)
+    return RunPlan(placement, tuple(applied), tuple(skipped), conv, family)
 
 
 def apply_plan(module: torch.nn.Module, plan: RunPlan, mesh: Mesh) -> None:
@@ -85,7 +94,9 @@ def apply_plan(module: torch.nn.Module, plan: RunPlan, mesh: Mesh) -> None:
     p = plan.placement
     if (mesh.shape["dp"], mesh.shape["tp"]) != (p.dp, p.tp):
         raise ValueError(f"mesh {dict(mesh.shape)} does not match the plan's dp={p.dp},tp={p.tp}")
-    for patch in patches():
+    if families.of_module(module).name != plan.family:
+        raise ValueError(f"a {families.of_module(module).title} module cannot take a plan for {plan.family}")
+    for patch in patches_for(plan.family):
         if patch.apply is not None and plan.applies(patch.switch):
             patch.apply(module, plan, mesh)
 
@@ -93,7 +104,7 @@ def apply_plan(module: torch.nn.Module, plan: RunPlan, mesh: Mesh) -> None:
 def compiler_options(plan: RunPlan) -> dict[str, Any] | None:
     """The XLA options the plan's program needs (its platform's, its patches' `Patch.compiler_options`), or None."""
     options: dict[str, Any] = dict(plan.placement.profile.compiler_options)
-    for patch in patches():
+    for patch in patches_for(plan.family):
         if plan.applies(patch.switch):
             options.update(patch.compiler_options(plan.placement) or {})
     return options or None

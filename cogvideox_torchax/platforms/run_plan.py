@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from cogvideox_torchax import families
 from cogvideox_torchax.config import canonical_dtype
 from cogvideox_torchax.kernels.conv import ConvPolicy
 from cogvideox_torchax.platforms.profiles import PROFILES, PlatformProfile, canonical_platform, mesh_platform
@@ -59,12 +60,14 @@ class RunPlan:
             not apply to this placement.
         conv: the policy of every convolution (None without ``conv_bias``:
             torchax's own lowering).
+        family: the model family whose patches these are (`cogvideox_torchax.families`).
     """
 
     placement: Placement
     steps: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]
     conv: ConvPolicy | None
+    family: str = families.DEFAULT.name
 
     def applies(self, name: str) -> bool:
         """Whether the switch ``name`` is part of this plan."""
@@ -96,6 +99,7 @@ class RunPlan:
         return {
             # "target": the key earlier versions wrote; readers of --json keep it.
             "target": dataclasses.asdict(self.placement),
+            "family": self.family,
             "steps": list(self.steps),
             "skipped": dict(self.skipped),
             "conv": conv,

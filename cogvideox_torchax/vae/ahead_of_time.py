@@ -104,8 +104,7 @@ class AheadOfTime:
         why = stream.why_not_streamed(self.module, shape, self.programs)
         if why:
             raise ValueError(f"decode_stream: {why}")
-        per_batch = self.module.num_latent_frames_batch_size
-        first, step = stream.executables(self.programs, shape, per_batch, output)
+        first, step = stream.executables(self.programs, shape, output)
         total, _ = self.memory_budget()
         return budget.MemoryPlan("streamed", None, stream.streamed_bytes(first, step, in_flight), budget.usable(total))
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import jax
 import torch
-from diffusers import AutoencoderKLCogVideoX
 from jax.sharding import Mesh
 
-from cogvideox_torchax import patches
+from cogvideox_torchax import families
 from cogvideox_torchax._torch_compat import import_torchax
+from cogvideox_torchax.patches import registry
 from cogvideox_torchax.platforms.build import apply_plan
 from cogvideox_torchax.platforms.run_plan import RunPlan
 
@@ -23,7 +23,7 @@ from torchax import interop  # noqa: E402
 
 
 # Upstream's module attributes that say how to tile and slice; read while tracing.
-def tiling_switches(module: AutoencoderKLCogVideoX) -> dict[str, Any]:
+def tiling_switches(module: torch.nn.Module) -> dict[str, Any]:
     return {k: v for k, v in vars(module).items() if k.startswith(("use_tiling", "use_slicing", "tile_"))}
 
 
@@ -37,10 +37,11 @@ class Program:
         "encode": ("_encode", {}),
     }
 
-    def __init__(self, module: AutoencoderKLCogVideoX, plan: RunPlan, mesh: Mesh):
+    def __init__(self, module: torch.nn.Module, plan: RunPlan, mesh: Mesh):
         apply_plan(module, plan, mesh)
         self.module = module
         self.plan = plan
+        self.family = families.of_module(module)
         self._jittable = interop.JittableModule(module)
         self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
         # The decode one latent frame batch at a time (`cogvideox_torchax.vae.stream`):
@@ -56,7 +57,7 @@ class Program:
         method, kwargs = self._METHODS[kind]
 
         def run(weights: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-            env = patches.traced_environment(self.plan.applies("nearest_upsample"))
+            env = registry.environment(self.plan.steps)
             with env, torch.no_grad():
                 weights_t, x_t = env.j2t_iso((weights, x))
                 out = self._jittable.functional_call(method, weights_t, {}, x_t, **kwargs)
@@ -66,14 +67,12 @@ class Program:
         return run
 
     def _batch(self, first: bool, output: str):
-        def decode_batch(module: AutoencoderKLCogVideoX, z: torch.Tensor, conv_cache: Any) -> Any:
-            # One iteration of upstream's ``_decode`` loop.
-            if module.post_quant_conv is not None:
-                z = module.post_quant_conv(z)
-            return module.decoder(z, conv_cache=conv_cache)
+        def decode_batch(module: torch.nn.Module, z: torch.Tensor, cache: Any) -> Any:
+            # One iteration of upstream's decode loop, as its family runs it.
+            return self.family.decode_batch(module, z, cache, first)
 
         def run(weights: dict[str, jax.Array], z: jax.Array, cache: Any = None) -> Any:
-            env = patches.traced_environment(self.plan.applies("nearest_upsample"))
+            env = registry.environment(self.plan.steps)
             with env, torch.no_grad():
                 weights_t, z_t, cache_t = env.j2t_iso((weights, z, cache))
                 cache_t = None if first else cache_t

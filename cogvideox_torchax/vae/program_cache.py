@@ -19,9 +19,9 @@ from typing import Any
 import jax
 import numpy as np
 import torch
-from diffusers import AutoencoderKLCogVideoX
 from jax.sharding import Mesh
 
+from cogvideox_torchax import families
 from cogvideox_torchax.memory import budget
 from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import distributed, sharding
@@ -125,16 +125,18 @@ class ProgramCache:
     kept before it is whole; a failure keeps nothing.
 
     Attributes:
+        family: the model family of the module (`cogvideox_torchax.families`).
         lock: the re-entrant lock of this cache and of those `converted`
             makes from it; hold it to change the own module (its tiling
             switches are read while tracing).
     """
 
-    def __init__(self, module: AutoencoderKLCogVideoX, state_dict: Mapping[str, torch.Tensor | jax.Array],
+    def __init__(self, module: torch.nn.Module, state_dict: Mapping[str, torch.Tensor | jax.Array],
                  options: RuntimeOptions, mesh: Mesh, lock: threading.RLock | None = None):
         self.lock = lock if lock is not None else threading.RLock()
         self.options = options
         self.mesh = mesh
+        self.family = families.of_module(module)
         module.eval()
         self._pristine = copy.deepcopy(module)
         self._programs = {ProgramKey(): Program(module, self.plan_for(ProgramKey()), mesh)}
@@ -174,7 +176,8 @@ class ProgramCache:
         return ProgramKey(canonical_platform(platform))
 
     def plan_for(self, key: ProgramKey) -> RunPlan:
-        return build_plan(self.options, Placement.of(self.mesh_of(key), self.options.dtype, self.platform(key)))
+        placement = Placement.of(self.mesh_of(key), self.options.dtype, self.platform(key))
+        return build_plan(self.options, placement, self.family.name)
 
     def mesh_of(self, key: ProgramKey) -> Mesh:
         """The mesh ``key``'s program runs over (a named accelerator's: compile-only devices)."""

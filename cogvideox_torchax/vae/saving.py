@@ -19,12 +19,13 @@ def save_pretrained(
     weights: dict[str, Any],
     save_directory: str | os.PathLike,
     *,
+    upstream: type | None = None,
     is_main_process: bool = True,
     safe_serialization: bool = True,
     variant: str | None = None,
     torch_dtype: torch.dtype | None = None,
 ) -> Path:
-    """Writes ``config.json`` (``_class_name: AutoencoderKLCogVideoX``) and the weights as upstream does.
+    """Writes ``config.json`` (``_class_name`` of ``upstream``, the upstream class) and the weights as upstream does.
 
     The weights are gathered from the mesh (every process must call this
     under jax.distributed; only the main process writes), in their own dtype
@@ -39,8 +40,11 @@ def save_pretrained(
         ValueError: ``safe_serialization=False`` (pickle is not written) or
             a ``save_directory`` that is a file.
     """
-    from diffusers import AutoencoderKLCogVideoX
     from safetensors.torch import save_file
+
+    from cogvideox_torchax import families
+
+    upstream = upstream or families.of_config(config).upstream
 
     if not safe_serialization:
         raise ValueError("TorchaxVAE saves safetensors only (safe_serialization=False would write a pickle)")
@@ -55,9 +59,9 @@ def save_pretrained(
         return folder
     folder.mkdir(parents=True, exist_ok=True)
     with torch.device("meta"):  # the config's writer, structure only: nothing allocated
-        upstream = AutoencoderKLCogVideoX.from_config(dict(config))
+        module = upstream.from_config(dict(config))
     with atomic_output(folder / "config.json", overwrite=True) as tmp:
-        tmp.write_text(upstream.to_json_string())
+        tmp.write_text(module.to_json_string())
     with atomic_output(folder / with_variant(WEIGHTS_NAME, variant), overwrite=True) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
     return folder

@@ -1,10 +1,11 @@
 """The decode as a stream: one latent frame batch at a time, each result leaving the device while the next decodes.
 
-Upstream's ``_decode`` walks the latent frames in batches (the first takes
-the odd remainder) and threads the causal convolutions' cache from batch to
-batch. Here that walk is two compiled programs whose shapes do not depend on
-the video's length: the first batch, and one later batch (the cache in and
-out); each call's output is copied to the host while the next call runs.
+Upstream's ``_decode`` walks the latent frames in batches (its family's:
+CogVideoX's pairs with the odd remainder first, Wan's single frames) and
+threads the causal convolutions' caches from batch to batch. Here that walk
+is two compiled programs whose shapes do not depend on the video's length:
+the first batch, and one later batch (the cache in and out); each call's
+output is copied to the host while the next call runs.
 Device memory holds the weights, the cache and at most ``in_flight`` batch
 outputs whatever the length; the host holds what the caller keeps.
 """
@@ -50,25 +51,18 @@ class VideoChunk:
     frames: int
 
 
-def latent_batches(num_frames: int, per_batch: int) -> list[tuple[int, int]]:
-    """Upstream's ``[start, stop)`` latent frame ranges: the first takes ``per_batch`` plus the remainder."""
-    num_batches = max(num_frames // per_batch, 1)
-    extra = num_frames % per_batch
-    return [(0 if i == 0 else per_batch * i + extra, min(per_batch * (i + 1) + extra, num_frames))
-            for i in range(num_batches)]
-
-
 def why_not_streamed(module: Any, shape: tuple[int, ...], programs: ProgramCache) -> str | None:
     """Why latents of ``shape`` cannot stream on the own program, or None."""
     if jax.process_count() > 1:
         return ("the stream runs in one process: under jax.distributed each process holds only its own devices' "
                 "frames (decode_frames_jax, then gather)")
     _, _, _, height, width = shape
-    if module.use_tiling and (width > module.tile_latent_min_width or height > module.tile_latent_min_height):
+    if programs.family.tiles(module, (height, width)):
         return ("tiled decodes do not stream: upstream's tiled decode walks every frame of one tile before "
                 "the next tile, so no frame is complete before the last tile (disable_tiling, or decode whole)")
-    if not programs.own.plan.applies("trim_conv_cache"):
-        return "streaming needs trim_conv_cache: without it the first batch's conv cache differs from the later ones'"
+    needs = programs.family.stream_needs
+    if not programs.own.plan.applies(needs):
+        return f"streaming needs {needs}: without it the first batch's conv cache differs from the later ones'"
     return None
 
 
@@ -97,14 +91,15 @@ def _cache_specs(executable: Any) -> Any:
                         cache_shardings)
 
 
-def executables(programs: ProgramCache, shape: tuple[int, ...], per_batch: int, output: str) -> tuple[Any, Any]:
+def executables(programs: ProgramCache, shape: tuple[int, ...], output: str) -> tuple[Any, Any]:
     """The first-batch executable and the later-batch one (None for a single batch) for latents of ``shape``."""
-    ranges = latent_batches(shape[2], per_batch)
+    ranges = programs.family.stream_batches(programs.own.module, shape[2])
     b, c, _, h, w = shape
     first = _compile(programs, True, output, (b, c, ranges[0][1], h, w), None)
     if len(ranges) == 1:
         return first, None
-    return first, _compile(programs, False, output, (b, c, per_batch, h, w), _cache_specs(first))
+    (start, stop) = ranges[1]
+    return first, _compile(programs, False, output, (b, c, stop - start, h, w), _cache_specs(first))
 
 
 def streamed_bytes(first: Any, step: Any, in_flight: int) -> int:
@@ -134,7 +129,7 @@ def stream(
 
 
 def _chunks(programs: ProgramCache, module: Any, z: np.ndarray, output: str, in_flight: int) -> Iterator[VideoChunk]:
-    ranges = latent_batches(z.shape[2], module.num_latent_frames_batch_size)
+    ranges = programs.family.stream_batches(module, z.shape[2])
     mesh, weights = programs.mesh, programs.weights
 
     def place(start: int, stop: int) -> jax.Array:
@@ -145,7 +140,7 @@ def _chunks(programs: ProgramCache, module: Any, z: np.ndarray, output: str, in_
         data, finite = out
         return VideoChunk(np.asarray(data), np.asarray(finite), start, frames)
 
-    first, step = executables(programs, tuple(z.shape), module.num_latent_frames_batch_size, output)
+    first, step = executables(programs, tuple(z.shape), output)
     pending: collections.deque = collections.deque()
     cache = None
     frame = 0

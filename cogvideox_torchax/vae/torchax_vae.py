@@ -15,7 +15,6 @@ from typing import Any
 import jax
 import numpy as np
 import torch
-from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDistribution
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 
@@ -26,6 +25,7 @@ from diffusers.models.modeling_utils import ModelMixin
 from jax.sharding import Mesh
 
 from cogvideox_torchax.config import canonical_dtype
+from cogvideox_torchax.families import Family
 from cogvideox_torchax.io import model_files
 from cogvideox_torchax.memory import budget
 from cogvideox_torchax.memory.planner import Planner
@@ -63,7 +63,7 @@ def _check_5d(shape: tuple[int, ...], what: str, layout: str, channels: int) -> 
 
 @refuse_other_module_attributes
 class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
-    """Upstream `AutoencoderKLCogVideoX`, patched, run by torchax under `jax.jit`.
+    """An upstream VAE (`AutoencoderKLCogVideoX`, `AutoencoderKLWan`), patched, run by torchax under `jax.jit`.
 
     Build it with `cogvideox_torchax.from_pretrained` or `cogvideox_torchax.wrap`.
     Weights live on the mesh's devices as JAX arrays and are passed to the jitted
@@ -71,7 +71,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     the same config, and one program is compiled per input shape.
 
     It stands in for the upstream module wherever inference code uses one
-    (e.g. ``pipe.vae`` of diffusers' CogVideoX pipelines): `decode`, `encode`,
+    (e.g. ``pipe.vae`` of diffusers' CogVideoX and Wan pipelines): `decode`, `encode`,
     `forward` (also by calling it), `enable_tiling` / `disable_tiling`,
     `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device`, `to`
     and `save_pretrained`. Any other upstream attribute (training, hooks, submodules)
@@ -114,7 +114,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
 
     def __init__(
         self,
-        module: AutoencoderKLCogVideoX,
+        module: torch.nn.Module,
         state_dict: Mapping[str, torch.Tensor],
         options: RuntimeOptions,
         mesh: Mesh,
@@ -131,18 +131,23 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         self.programs = ProgramCache(module, state_dict, options, mesh)
         self.planner = Planner(self.programs, max_memory)
         # With `__class__` below: the library diffusers records for the component.
-        self.__dict__["__module__"] = AutoencoderKLCogVideoX.__module__
+        self.__dict__["__module__"] = self.family.upstream.__module__
 
     # diffusers names a pipeline's component in model_index.json after its
     # ``__class__`` and ``__module__`` (and saves it by the base class that one has): as
     # upstream's, a saved pipeline names upstream's VAE and loads anywhere
     # diffusers does, with or without this package, and `wrap` takes that VAE
     # again. ``type(vae)`` stays ours; ``isinstance(vae,
-    # AutoencoderKLCogVideoX)`` holds, as for the stand-in it is (the way
-    # `unittest.mock`'s specced mocks pass ``isinstance``).
+    # AutoencoderKLCogVideoX)`` (or ``AutoencoderKLWan``) holds, as for the
+    # stand-in it is (the way `unittest.mock`'s specced mocks pass ``isinstance``).
     @property
     def __class__(self) -> type:
-        return AutoencoderKLCogVideoX
+        return self.family.upstream
+
+    @property
+    def family(self) -> Family:
+        """The model family (`cogvideox_torchax.families`): its frame rules, latent normalisation, presets."""
+        return self.programs.family
 
     def __dir__(self) -> list[str]:
         # torch's and object's __dir__ read ``__class__``: list our own API.
@@ -230,7 +235,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         return self.programs.mesh
 
     @property
-    def module(self) -> AutoencoderKLCogVideoX:
+    def module(self) -> torch.nn.Module:
         """The patched upstream module of the mesh's platform (structure only; weights are `weights`)."""
         return self.programs.own.module
 
@@ -243,16 +248,18 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
 
     def check_latents(self, shape: tuple[int, ...]) -> None:
         """Raises ValueError unless ``shape`` is a decodable (B, C, T, H, W)."""
-        _check_5d(shape, "latents", "(B, C, T, H, W)", self.config.latent_channels)
+        _check_5d(shape, "latents", "(B, C, T, H, W)", self.family.latent_channels(self.config))
 
     def check_video(self, shape: tuple[int, ...]) -> None:
         """Raises ValueError unless ``shape`` is an encodable (B, C, F, H, W) video.
 
-        Any frame count and size are accepted, as upstream accepts them; the
-        counts ``8 k + 1`` (1, 9, ..., 49) and sizes divisible by 8 decode
-        back to the same frame count and size.
+        Any frame count and size are accepted, as upstream accepts them
+        (sizes that the family's patches split must divide); the family's
+        counts (CogVideoX ``8 k + 1``, Wan ``4 k + 1``) and sizes divisible
+        by its spatial compression decode back to the same frame count and
+        size.
         """
-        _check_5d(shape, "video", "(B, C, F, H, W)", self.config.in_channels)
+        _check_5d(shape, "video", "(B, C, F, H, W)", self.family.video_channels(self.config))
 
     def prepare(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.stages.Compiled, tuple]:
         """The planned executable of ``kind`` for ``x`` and its arguments (the weights and ``x`` on the plan's mesh).
@@ -299,9 +306,12 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         """Decodes latents ``(B, C, T, H, W)`` (divided by the scaling factor, as upstream takes them) on device.
 
-        Returns the video ``(B, 3, F, 8H, 8W)`` in `dtype` as a JAX array,
-        unclamped as upstream; ``F`` is 1 for ``T = 1``, ``4 T`` for even
-        ``T`` and ``4 T - 3`` for odd ``T > 1`` (13 latent frames give 49).
+        Returns the video ``(B, 3, F, 8H, 8W)`` (Wan 2.2 TI2V-5B: ``16H, 16W``)
+        in `dtype` as a JAX array, clamped or not as upstream (CogVideoX's
+        unclamped, Wan's in [-1, 1]); ``F`` is the family's
+        (`families.Family.frames_of`): CogVideoX 1 for ``T = 1``, ``4 T`` for
+        even ``T`` and ``4 T - 3`` for odd ``T > 1`` (13 latent frames give
+        49); Wan ``4 T - 3`` (21 give 81).
         """
         self.check_latents(tuple(z.shape))
         return self._run("decode", z)
@@ -385,6 +395,6 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     def __repr__(self) -> str:
         mesh = ",".join(f"{k}={v}" for k, v in self.mesh.shape.items())
         return (
-            f"TorchaxVAE(dtype={self.options.dtype}, mesh={mesh}, latent_channels={self.config.latent_channels}, "
-            f"plan={self.plan})"
+            f"TorchaxVAE({self.family.class_name}, dtype={self.options.dtype}, mesh={mesh}, "
+            f"latent_channels={self.family.latent_channels(self.config)}, plan={self.plan})"
         )

@@ -1,4 +1,4 @@
-"""What `TorchaxVAE` offers of upstream `AutoencoderKLCogVideoX`'s inference surface, beyond decode and encode.
+"""What `TorchaxVAE` offers of an upstream VAE's inference surface, beyond decode and encode.
 
 `UpstreamSurface` holds the parts of that surface that are upstream's
 calling conventions (``forward``, tiling and slicing switches, ``to``,
@@ -85,7 +85,7 @@ def refuse_other_module_attributes(cls: type) -> type:
 
 
 class UnsupportedAttributeError(AttributeError, NotImplementedError):
-    """An `AutoencoderKLCogVideoX` attribute that `TorchaxVAE` does not offer.
+    """An upstream VAE's attribute (`AutoencoderKLCogVideoX`, `AutoencoderKLWan`) that `TorchaxVAE` does not offer.
 
     Both an AttributeError (so ``hasattr`` and ``getattr(obj, name, default)``
     answer "absent", as diffusers' pipelines probe components) and a
@@ -143,27 +143,21 @@ class UpstreamSurface:
 
     __call__ = forward
 
-    def enable_tiling(
-        self,
-        tile_sample_min_height: int | None = None,
-        tile_sample_min_width: int | None = None,
-        tile_overlap_factor_height: float | None = None,
-        tile_overlap_factor_width: float | None = None,
-    ) -> None:
-        """Upstream's ``enable_tiling`` (same arguments and defaults: 240x360 tiles, overlap 1/6 x 1/5).
+    def enable_tiling(self, *args: Any, **kwargs: Any) -> None:
+        """Upstream's ``enable_tiling``, with its family's arguments and defaults.
 
-        Videos and latents larger than one tile then encode and decode tile by
-        tile with upstream's grid and blending; for the decode, equal-shape
-        tiles are decoded together (see `cogvideox_torchax.patches.tiling`). Compiled
-        programs are dropped.
+        CogVideoX: ``tile_sample_min_height``, ``tile_sample_min_width``,
+        ``tile_overlap_factor_height``, ``tile_overlap_factor_width`` (240x360
+        tiles, overlap 1/6 x 1/5). Wan: ``tile_sample_min_height``,
+        ``tile_sample_min_width``, ``tile_sample_stride_height``,
+        ``tile_sample_stride_width`` (256x256 tiles, stride 192). Videos and
+        latents larger than one tile then encode and decode tile by tile with
+        upstream's grid and blending (CogVideoX's equal-shape tiles decoded
+        together, `cogvideox_torchax.patches.tiling`). Compiled programs are
+        dropped.
         """
         with self.programs.lock:  # the module's switches are read while another thread traces
-            self.module.enable_tiling(
-                tile_sample_min_height=tile_sample_min_height,
-                tile_sample_min_width=tile_sample_min_width,
-                tile_overlap_factor_height=tile_overlap_factor_height,
-                tile_overlap_factor_width=tile_overlap_factor_width,
-            )
+            self.module.enable_tiling(*args, **kwargs)
             self.reset_programs()
 
     def disable_tiling(self) -> None:
@@ -257,8 +251,9 @@ class UpstreamSurface:
         unsupported = {k: v for k, v in kwargs.items() if k in ("push_to_hub", "save_function") and v}
         if unsupported:
             raise NotImplementedError(f"TorchaxVAE.save_pretrained does not take {', '.join(unsupported)}")
-        saving.save_pretrained(self.config, self.weights, save_directory, is_main_process=is_main_process,
-                               safe_serialization=safe_serialization, variant=variant, torch_dtype=torch_dtype)
+        saving.save_pretrained(self.config, self.weights, save_directory, upstream=self.family.upstream,
+                               is_main_process=is_main_process, safe_serialization=safe_serialization,
+                               variant=variant, torch_dtype=torch_dtype)
 
     # Training scripts put a VAE they only encode with in inference mode;
     # these say yes to that and refuse anything else.
@@ -328,7 +323,7 @@ class UpstreamSurface:
             return module.config[name]
         if hasattr(module, name):
             raise UnsupportedAttributeError(
-                f"TorchaxVAE does not offer AutoencoderKLCogVideoX.{name}: it runs only the inference "
+                f"TorchaxVAE does not offer {self.family.class_name}.{name}: it runs only the inference "
                 f"surface ({', '.join(INFERENCE_SURFACE)}) under JAX; use the upstream module for anything else",
                 name=name,
                 obj=self,

@@ -82,6 +82,21 @@ def test_two_processes_decode_as_one_process(tmp_path, tiny_upstream):
         assert_close(got, upstream, atol=TOLERANCE, label=f"{name}: 2 processes vs upstream", check_dtype=False)
 
 
+def test_two_processes_decode_wan_as_one_process(tmp_path):
+    coordinator = f"127.0.0.1:{_free_port()}"
+    argv = [sys.executable, "-m", "tests.support.two_process", coordinator, "2"]
+    runs = run_processes([[*argv, str(i), str(tmp_path), "wan-tiny"] for i in range(2)], cwd=ROOT, timeout=180)
+    for i, r in enumerate(runs):
+        assert r.returncode == 0, f"process {i} exited {r.returncode}: {r.stderr[-3000:]}"
+        assert f"process {i}: (4, 3, 9, 32, 48) (1, 3, 9, 32, 48) on 8 devices" in r.stdout
+    upstream = ct.random_upstream("wan-tiny", seed=0)
+    for name, z in (("batch", latents(4, seed=1, channels=16)), ("wide", latents(1, seed=2, channels=16))):
+        ours, expected = _reference(upstream, z)
+        got = np.load(tmp_path / f"{name}.npy")
+        assert_close(got, ours, atol=TOLERANCE, label=f"wan {name}: 2 processes vs 1 device")
+        assert_close(got, expected, atol=TOLERANCE, label=f"wan {name}: 2 processes vs upstream", check_dtype=False)
+
+
 def test_a_missing_process_ends_with_one_line_not_a_hang(tmp_path):
     # Process 1 never starts: process 0 gives up after its timeout.
     start = time.monotonic()

@@ -1,0 +1,159 @@
+"""What the runtime, planner, streaming, commands and I/O need to know of a model family: the `Family` record.
+
+A family is one upstream VAE class of diffusers and the configs published
+for it. Its record says how to recognise it (the class, ``config.json``'s
+``_class_name``), its named presets, its latent geometry (channels, spatial
+and temporal compression), how upstream batches frames and carries the
+causal convolutions' caches from batch to batch (the stream's batches), how
+its pipelines hold latents (layout, scaling or normalisation), its tiling
+switches and its commands' defaults. Its own patches live in its folder and
+name it in their `cogvideox_torchax.patches.base.Patch` records. Nothing
+outside a family's folder tests a class name or a family's frame rule.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+class Family(abc.ABC):
+    """One model family: an upstream VAE class and everything the project needs to know of it.
+
+    Attributes:
+        name: the key (``"cogvideox"``, ``"wan"``), as patches name it.
+        title: how messages and docs name it.
+        class_name: the upstream class's name in diffusers (``config.json``'s ``_class_name``).
+        presets: named published configs (and a tiny test config), for
+            ``random_upstream`` and ``random:NAME`` models.
+        default_model: the hub id the commands load by default.
+        patch_package: the package of its own patch modules, or None (its
+            patches live in `cogvideox_torchax.patches`).
+        fps: the commands' default mp4 frame rate (its models' own).
+        pipeline_layout: how its pipelines hold latents, ``"BCTHW"`` or ``"BTCHW"``.
+        normalization: how its pipelines scale latents, in words (for messages).
+        stream_needs: the switch without which the first batch's caches
+            differ in shape from the later ones' (no stream, no scan).
+    """
+
+    name: str
+    title: str
+    class_name: str
+    presets: Mapping[str, Mapping[str, Any]]
+    default_model: str
+    patch_package: str | None = None
+    fps: float
+    pipeline_layout: str
+    normalization: str
+    stream_needs: str
+
+    @property
+    def upstream(self) -> type:
+        """The upstream class (diffusers is imported on first use)."""
+        return getattr(importlib.import_module("diffusers"), self.class_name)
+
+    def is_module(self, module: Any) -> bool:
+        """Whether ``module`` is this family's upstream module (or a patched one)."""
+        return any(cls.__name__ == self.class_name and cls.__module__.startswith("diffusers.")
+                   for cls in type(module).__mro__)
+
+    # -- the config ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def check_config(self, config: Mapping[str, Any], source: str = "config") -> None:
+        """Checks every value the architecture needs before anything is built.
+
+        Raises:
+            cogvideox_torchax.families.checks.ConfigError: naming the first
+                bad key, its value and what it must be.
+        """
+
+    @abc.abstractmethod
+    def latent_channels(self, config: Any) -> int:
+        """The channels of the latents ``decode`` takes."""
+
+    @abc.abstractmethod
+    def video_channels(self, config: Any) -> int:
+        """The channels of the video ``encode`` takes and ``decode`` returns."""
+
+    @abc.abstractmethod
+    def spatial_scale(self, config: Any) -> int:
+        """Video pixels per latent pixel, along height and width."""
+
+    # -- frames -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def frames_of(self, config: Any, latent_frames: int) -> int:
+        """How many video frames ``latent_frames`` latent frames decode to."""
+
+    @abc.abstractmethod
+    def encoded_frames(self, config: Any, frames: int) -> int:
+        """How many frames of a ``frames``-frame video the encode reads: the rest upstream drops or never decodes back.
+
+        The result decodes back to as many frames.
+        """
+
+    @abc.abstractmethod
+    def frame_rule(self, config: Any) -> str:
+        """The frame counts that round-trip, in words (``"8k+1"``)."""
+
+    @abc.abstractmethod
+    def stream_batches(self, module: Any, latent_frames: int) -> list[tuple[int, int]]:
+        """Upstream's ``[start, stop)`` latent frame batches of the decode, in order."""
+
+    @abc.abstractmethod
+    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool) -> tuple[Any, Any]:
+        """One batch of upstream's decode loop under torchax: ``(video frames, cache for the next batch)``.
+
+        ``cache`` is what the previous batch returned (None for the first);
+        its structure is the family's and does not change between batches
+        after the first, so the batches after the first are one program.
+        """
+
+    # -- tiling -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def tiling_keywords(self, module: Any) -> dict[str, Any]:
+        """``enable_tiling`` keywords that reproduce ``module``'s tiling as set."""
+
+    @abc.abstractmethod
+    def tiles(self, module: Any, latent_hw: tuple[int, int]) -> bool:
+        """Whether upstream's decode tiles latents of this frame size as ``module`` is set."""
+
+    @abc.abstractmethod
+    def tiled_candidates(self, module: Any, latent_hw: tuple[int, int]) -> list[tuple[str, dict[str, Any]]]:
+        """Tilings for a latent frame size, in order of growing tile counts: ``(name, enable_tiling keywords)``.
+
+        Each makes upstream's tiled decode return the whole video's size.
+        """
+
+    # -- the pipelines' latents ---------------------------------------------
+
+    @abc.abstractmethod
+    def from_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
+        """Latents ``(B, C, T, H, W)`` as the pipeline holds them -> what ``vae.decode`` takes (float32)."""
+
+    @abc.abstractmethod
+    def to_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
+        """Encoder latents ``(B, C, T, H, W)`` -> as the pipeline holds them (float32, still ``(B, C, T, H, W)``)."""
+
+    @abc.abstractmethod
+    def normalization_metadata(self, config: Any) -> dict[str, str]:
+        """What the encode command records of the normalisation in the latents file's metadata."""
+
+    def largest_latent_value(self, config: Any) -> float:
+        """How much the pipeline normalisation can grow a latent's magnitude (for fp16 range checks)."""
+        return 1.0
+
+    # -- sharding -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def sharded_outputs(self) -> tuple[type, ...]:
+        """The module classes whose outputs are constrained to split width over ``tp`` (``shard_activations``)."""
+
+    def __repr__(self) -> str:
+        return f"<family {self.name}: {self.class_name}>"

@@ -1,0 +1,115 @@
+"""CogVideoX's VAE (`AutoencoderKLCogVideoX`): the first family, whose patches are `cogvideox_torchax.patches`.
+
+Upstream decodes latent frames in batches of two (the odd remainder joins
+the first), threading a dict of causal-conv caches; one latent frame decodes
+to 1 video frame, each later pair to 8. Pipelines hold latents
+``(B, T, C, H, W)`` multiplied by ``scaling_factor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from cogvideox_torchax.families.base import Family
+from cogvideox_torchax.families.cogvideox import config_check, tiling
+from cogvideox_torchax.families.cogvideox.presets import PRESETS
+
+
+class CogVideoX(Family):
+    """`AutoencoderKLCogVideoX` (CogVideoX 1.0 and 1.5)."""
+
+    name = "cogvideox"
+    title = "CogVideoX"
+    class_name = "AutoencoderKLCogVideoX"
+    presets = PRESETS
+    default_model = "THUDM/CogVideoX-2b"
+    patch_package = None
+    fps = 8.0
+    pipeline_layout = "BTCHW"
+    stream_needs = "trim_conv_cache"
+    normalization = "multiplied by config.scaling_factor"
+
+    def check_config(self, config: Mapping[str, Any], source: str = "config") -> None:
+        config_check.check_config(config, source)
+
+    def latent_channels(self, config: Any) -> int:
+        return int(config["latent_channels"])
+
+    def video_channels(self, config: Any) -> int:
+        return int(config["in_channels"])
+
+    def spatial_scale(self, config: Any) -> int:
+        return 2 ** (len(config["block_out_channels"]) - 1)
+
+    def frames_of(self, config: Any, latent_frames: int) -> int:
+        # Upstream's decoder turns 1 latent frame into 1, each later pair into 8,
+        # and a leading odd batch of 3 into 9: 1 -> 1, even T -> 4T, odd T -> 4T-3.
+        if latent_frames == 1:
+            return 1
+        return 4 * latent_frames if latent_frames % 2 == 0 else 4 * latent_frames - 3
+
+    def encoded_frames(self, config: Any, frames: int) -> int:
+        # Batches of 8 frames after a first of 9: the largest 8k + 1.
+        return (frames - 1) // 8 * 8 + 1
+
+    def frame_rule(self, config: Any) -> str:
+        return "8k+1"
+
+    def stream_batches(self, module: Any, latent_frames: int) -> list[tuple[int, int]]:
+        per_batch = module.num_latent_frames_batch_size
+        num_batches = max(latent_frames // per_batch, 1)
+        extra = latent_frames % per_batch
+        return [(0 if i == 0 else per_batch * i + extra, min(per_batch * (i + 1) + extra, latent_frames))
+                for i in range(num_batches)]
+
+    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool) -> tuple[Any, Any]:
+        # One iteration of upstream's ``_decode`` loop.
+        if module.post_quant_conv is not None:
+            z = module.post_quant_conv(z)
+        return module.decoder(z, conv_cache=None if first else cache)
+
+    def tiling_keywords(self, module: Any) -> dict[str, Any]:
+        return {
+            "tile_sample_min_height": module.tile_sample_min_height,
+            "tile_sample_min_width": module.tile_sample_min_width,
+            "tile_overlap_factor_height": module.tile_overlap_factor_height,
+            "tile_overlap_factor_width": module.tile_overlap_factor_width,
+        }
+
+    def tiles(self, module: Any, latent_hw: tuple[int, int]) -> bool:
+        height, width = latent_hw
+        return bool(module.use_tiling) and (width > module.tile_latent_min_width
+                                            or height > module.tile_latent_min_height)
+
+    def tiled_candidates(self, module: Any, latent_hw: tuple[int, int],
+                         counts: Sequence[int] = (2, 3, 4, 6, 8)) -> list[tuple[str, dict[str, Any]]]:
+        overlaps = (module.tile_overlap_factor_height, module.tile_overlap_factor_width)
+        return list(tiling.tiles(latent_hw, self.spatial_scale(module.config), overlaps, counts))
+
+    def from_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
+        # As the pipeline writes it: latents * (1 / scaling_factor).
+        return z * np.float32(1.0 / config["scaling_factor"])
+
+    def to_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
+        return z * np.float32(config["scaling_factor"])
+
+    def normalization_metadata(self, config: Any) -> dict[str, str]:
+        return {"scaling_factor": repr(float(config["scaling_factor"]))}
+
+    def largest_latent_value(self, config: Any) -> float:
+        return 1.0 / float(config["scaling_factor"])
+
+    def sharded_outputs(self) -> tuple[type, ...]:
+        import torch
+        from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
+        from diffusers.models.upsampling import CogVideoXUpsample3D
+
+        # Every causal conv (the bulk of the compute), every norm, and every
+        # upsampler (where width doubles).
+        return (CogVideoXCausalConv3d, torch.nn.GroupNorm, CogVideoXUpsample3D)
+
+
+COGVIDEOX = CogVideoX()
