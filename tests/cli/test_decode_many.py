@@ -196,13 +196,13 @@ def test_in_a_streamed_batch_one_failing_video_spares_the_others(tmp_path, capsy
 
 
 def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_path, capsys, monkeypatch, library):
-    from cogvideox_torchax.cli import decode_many
+    from cogvideox_torchax.cli import decode_many, many_inputs
     from cogvideox_torchax.io import video
 
     z = _inputs(tmp_path / "in")
     (tmp_path / "in" / "bad.safetensors").unlink()
     reads: dict[str, int] = {}
-    prepared, decode, write = decode_many._prepared, decode_many._decode, video.write_video_to
+    prepared, decode, write = many_inputs.prepared, decode_many._decode, video.write_video_to
 
     def changing(args, vae, source):  # v1 changes between the scan and its batch's read
         reads[source] = reads.get(source, 0) + 1
@@ -220,7 +220,7 @@ def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_pat
             raise RuntimeError("disk said no")
         return write(path, kind, one, **kw)
 
-    monkeypatch.setattr(decode_many, "_prepared", changing)
+    monkeypatch.setattr(many_inputs, "prepared", changing)
     monkeypatch.setattr(decode_many, "_decode", failing_decode)
     monkeypatch.setattr(video, "write_video_to", failing_write)
     out = tmp_path / "out"
