@@ -23,6 +23,9 @@ from cogvideox_torchax.cli.stages import Stage
 if TYPE_CHECKING:
     from cogvideox_torchax.cli.decode_config import DecodeConfig
 
+# NAME_MAX on Linux's file systems: a longer output name is refused before decoding, not when it is moved in.
+_NAME_MAX = 255
+
 
 def find_inputs(config: DecodeConfig, out_dir: Path) -> list[Path]:
     """The input files, checked for clashing output names; the output folder, checked (not made)."""
@@ -31,6 +34,9 @@ def find_inputs(config: DecodeConfig, out_dir: Path) -> list[Path]:
         batch.check_names(sources, config.format)
     except batch.InputsError as e:
         raise UsageError(str(e)) from e
+    if any(len(os.fsencode(part)) > _NAME_MAX for part in out_dir.parts):
+        raise UsageError(f"--output-dir {str(out_dir)!r}: a name in it is longer than the {_NAME_MAX} bytes "
+                         "a folder takes")
     if os.path.lexists(out_dir) and not out_dir.is_dir():
         raise UsageError(f"--output-dir {str(out_dir)!r} exists and is not a folder")
     if not out_dir.exists() and not out_dir.parent.is_dir():
@@ -68,12 +74,14 @@ def scan(config: DecodeConfig, vae, sources: list[str], out_dir: Path) -> dict[s
         for source in sources:
             try:
                 z = prepared(config, vae, source)
+                names = [batch.output_name(Path(source), i, z.shape[0], config.format) for i in range(z.shape[0])]
+                _check_name_lengths(names)
             except (ValueError, OSError) as e:
                 failed += failures([source], errors.one_line(e), bar)
                 bar.tick()
                 continue
-            for i in range(z.shape[0]):
-                output = out_dir / batch.output_name(Path(source), i, z.shape[0], config.format)
+            for i, name in enumerate(names):
+                output = out_dir / name
                 who = f"{source} (video {i})" if z.shape[0] > 1 else source
                 if os.path.realpath(output) in inputs:
                     raise UsageError(f"the output of {who!r} would be {str(output)!r}, one of the inputs; "
@@ -100,6 +108,13 @@ def scan(config: DecodeConfig, vae, sources: list[str], out_dir: Path) -> dict[s
             f"output {existing[0]!r}{more} exists; pass --skip-existing to keep and skip, or --overwrite to replace"
         )
     return {"items": items, "failed": failed, "skipped": skipped}
+
+
+def _check_name_lengths(names: list[str]) -> None:
+    for name in names:
+        if len(os.fsencode(name)) > _NAME_MAX:
+            raise ValueError(f"its output name {name!r} would be {len(os.fsencode(name))} bytes, longer than "
+                             f"the {_NAME_MAX} a folder takes; rename the input")
 
 
 def _is_finished_output(output: Path, kind: str) -> bool:

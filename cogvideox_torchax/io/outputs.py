@@ -1,7 +1,9 @@
 """Outputs written atomically: staged beside their destination, moved in all together or not at all.
 
 Every output of a run is first written beside its destination under a
-temporary name (`StagedOutputs`), and only when all of them are complete
+temporary name (`StagedOutputs`; ``.name.XXXXXXXX.ext``, shortened with a
+hash of the name where that would not fit the folder's NAME_MAX, so any
+name the folder takes can be staged), and only when all of them are complete
 are they moved in, each with a rename that never replaces anything
 (``renameat2(RENAME_NOREPLACE)``, else a hard link or an exclusive create).
 A failed or interrupted run leaves none of them and touches nothing that was
@@ -18,6 +20,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -126,32 +129,63 @@ def _check_target(path: Path, is_dir: bool, overwrite: bool) -> None:
     if absolute == cwd or absolute in cwd.parents:
         raise OutputError(f"output {text!r} is the current folder or holds it; pick another name")
     parent = path.parent
-    if not parent.is_dir():
+    if not os.path.isdir(parent):  # False on any error (a component longer than NAME_MAX: ENAMETOOLONG)
         what = "is not a folder" if os.path.lexists(parent) else "does not exist"
         raise OutputError(f"output folder {str(parent)!r} {what}")
+    # Checked here, not left to the final move: the staged name is bounded, so
+    # it would be made and the output decoded, and only the move refused.
+    size, limit = len(os.fsencode(absolute.name)), _limit(parent, "PC_NAME_MAX", 255)
+    if size > limit or len(os.fsencode(text)) >= _limit(parent, "PC_PATH_MAX", 4096):
+        what = f"name is {size} bytes, over its folder's {limit}" if size > limit else "path is longer than PATH_MAX"
+        raise OutputError(f"output {text!r} is too long: its {what}")
     if os.path.lexists(path):
         if not overwrite:
             raise OutputError(f"output {text!r} exists; pass --overwrite to replace it")
         _replaceable(path, is_dir)
 
 
+def _limit(folder: Path, name: str, default: int) -> int:
+    """The folder's ``PC_NAME_MAX`` (in bytes: 255 on most file systems, never more here) or ``PC_PATH_MAX``."""
+    with contextlib.suppress(OSError, ValueError):
+        limit = os.pathconf(folder, name)
+        if limit > 0:
+            return min(limit, default)
+    return default
+
+
+def staged_prefix(path: Path, tag: str, suffix: str, limit: int) -> str:
+    """``.name.[tag]``, the staged name before its 8 random characters and ``suffix``, all within ``limit`` bytes.
+
+    A name too long for that keeps its first bytes (whole UTF-8 characters)
+    and a hash of the whole name: ``.na~1a2b3c4d.[tag]``.
+    """
+    room = limit - len(os.fsencode(f"..{tag}{suffix}")) - 8  # tempfile's random part
+    raw = os.fsencode(path.name)
+    if len(raw) <= room:
+        return f".{path.name}.{tag}"
+    head = raw[: max(0, room - 9)].decode("utf-8", "ignore")  # a cut character dropped, not half kept
+    return f".{head}~{hashlib.sha256(raw).hexdigest()[:8]}.{tag}"
+
+
 def _reserve(path: Path, is_dir: bool, tag: str = "") -> Path:
     """Creates an empty entry beside ``path`` (``.name.[tag]XXXXXXXX[.suffix]``) with the umask's permissions.
 
-    This is also the writability probe: it is the name the output is written under.
+    This is also the writability probe: it is the name the output is written
+    under. Its name fits the folder whatever the output's (`staged_prefix`).
     """
     parent = path.parent
-    prefix = f".{path.name}.{tag}"
+    suffix = "" if is_dir or len(os.fsencode(path.suffix)) > 16 else path.suffix  # a longer one is no codec's
+    prefix = staged_prefix(path, tag, suffix, _limit(parent, "PC_NAME_MAX", 255))
     try:
         if is_dir:
             tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         else:
-            fd, name = tempfile.mkstemp(prefix=prefix, suffix=path.suffix, dir=parent)
+            fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=parent)
             os.close(fd)
             tmp = Path(name)
     except OSError as e:
         if e.errno == errno.ENAMETOOLONG:
-            raise OutputError(f"output name {path.name!r} is too long for its folder") from e
+            raise OutputError(f"output {str(path)!r} is too long a path for its folder") from e
         raise OutputError(f"output folder {str(parent)!r} is not writable ({e.strerror})") from e
     # mkstemp/mkdtemp make owner-only entries; give the output the
     # permissions a plain open() would have.
@@ -354,17 +388,13 @@ def check_outputs(paths: list[Path], overwrite: bool) -> None:
     StagedOutputs(paths, overwrite=overwrite).discard()
 
 
-def atomic_output(path: Path, is_dir: bool = False, *, overwrite: bool = False):
+@contextlib.contextmanager
+def atomic_output(path: Path, is_dir: bool = False, *, overwrite: bool = False) -> Iterator[Path]:
     """A temporary path beside ``path``, moved to ``path`` when the block ends without error (else removed).
 
     The same guarantees as this module's writers (see `StagedOutputs`), for
     outputs written elsewhere (e.g. `latents.write_latents`).
     """
-    return _single(path, is_dir, overwrite)
-
-
-@contextlib.contextmanager
-def _single(path: Path, is_dir: bool, overwrite: bool) -> Iterator[Path]:
     with StagedOutputs([path], overwrite=overwrite, is_dir=is_dir) as staged:
         yield staged.temps[0]
         staged.commit()

@@ -1,0 +1,130 @@
+"""Output names of NAME_MAX bytes, for both commands (issue 47).
+
+Any name its folder takes (NAME_MAX: 255 bytes, UTF-8 counted in bytes) is a
+legal output for every kind (mp4, PNG folder, npy, safetensors, streamed or
+not, named by the user or after an input): its staged temporary fits beside
+it. A longer name is refused before decoding. In-process runs at the tiny
+config.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+from safetensors.torch import save_file
+
+from cogvideox_torchax.decode import main as decode
+from cogvideox_torchax.encode import main as encode
+from cogvideox_torchax.io import outputs, video
+
+TINY = ["--model", "random:tiny", "--mesh", "dp=1,tp=1", "--no-compile-cache"]
+
+
+def _z(shape=(1, 4, 1, 2, 2), seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _names(folder: Path) -> list[bytes]:
+    return sorted(os.listdir(os.fsencode(folder)))
+
+
+# -- 2. output names of NAME_MAX bytes ------------------------------------------
+
+
+def _longest(suffix: str, fill: str = "中") -> str:
+    """A name of exactly 255 bytes ending in ``suffix``, mostly 3-byte UTF-8 characters (a cut may land in one)."""
+    room = 255 - len(suffix.encode())
+    name = fill * (room // len(fill.encode())) + "x" * (room % len(fill.encode())) + suffix
+    assert len(name.encode()) == 255
+    return name
+
+
+def test_staged_names_fit_any_name_the_folder_takes_and_keep_every_promise(tmp_path):
+    for suffix, is_dir in [(".mp4", False), (".safetensors", False), ("", True)]:
+        path = tmp_path / _longest(suffix)
+        with outputs.StagedOutputs([path]) as staged:
+            tmp = staged.temps[0]
+            assert tmp.parent == tmp_path and tmp.name.startswith(".") and tmp.is_dir() == is_dir
+            assert len(os.fsencode(tmp.name)) <= 255 and tmp.name.endswith(suffix)
+            tmp.name.encode("utf-8")  # a character cut short is dropped, never half kept
+            staged.commit()
+        assert _names(tmp_path) == [os.fsencode(path.name)]
+        # Replaced under --overwrite (the old one moved aside under a bounded name too), nothing else left.
+        with outputs.StagedOutputs([path], overwrite=True) as staged:
+            staged.commit()
+        assert _names(tmp_path) == [os.fsencode(path.name)]
+        (shutil.rmtree if is_dir else os.unlink)(path)
+        # Removed on failure or interrupt; an output that appears meanwhile is not replaced.
+        with pytest.raises(KeyboardInterrupt), outputs.StagedOutputs([path]):
+            raise KeyboardInterrupt
+        assert _names(tmp_path) == []
+        with outputs.StagedOutputs([path]) as staged:
+            path.mkdir() if is_dir else path.write_bytes(b"theirs")
+            with pytest.raises(outputs.OutputError, match="appeared while this command ran"):
+                staged.commit()
+        assert _names(tmp_path) == [os.fsencode(path.name)]
+        (shutil.rmtree if is_dir else os.unlink)(path)
+    # Two long names that share their first bytes are staged under two names.
+    a, b = (tmp_path / _longest(f"{c}.npy") for c in "ab")
+    assert outputs.staged_prefix(a, "", ".npy", 255) != outputs.staged_prefix(b, "", ".npy", 255)
+
+
+@pytest.mark.parametrize("suffix", [".mp4", "", ".npy", ".safetensors"], ids=["mp4", "png", "npy", "safetensors"])
+def test_decode_writes_every_output_kind_under_a_name_of_255_bytes(tmp_path, capsys, suffix):
+    save_file({"latents": _z((1, 4, 2, 2, 2))}, tmp_path / "z.safetensors")
+    out = tmp_path / _longest(suffix)
+    assert decode([str(tmp_path / "z.safetensors"), "-o", str(out), *TINY, "--quiet"]) == 0, capsys.readouterr().err
+    assert _names(tmp_path) == sorted([b"z.safetensors", os.fsencode(out.name)])  # no temporary left
+    if suffix == ".mp4":
+        assert video.read_mp4(out)[0].shape == (8, 16, 16, 3)  # 2 latent frames -> 8 (streamed)
+    elif suffix == "":
+        assert sorted(p.name for p in out.iterdir()) == [f"frame_{i:04d}.png" for i in range(8)]
+    else:
+        got = np.load(out) if suffix == ".npy" else load_file(out)["video"]
+        assert got.shape == (3, 8, 16, 16) and np.isfinite(got).all()
+
+
+def test_a_name_over_255_bytes_is_refused_before_decoding(tmp_path, capsys):
+    save_file({"latents": _z()}, tmp_path / "z.safetensors")
+    out = tmp_path / ("x" + _longest(".npy"))  # 256 bytes
+    assert decode([str(tmp_path / "z.safetensors"), "-o", str(out), *TINY, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "is too long: its name is 256 bytes, over its folder's 255" in err and err.count("\n") == 1, err
+    out_dir = tmp_path / ("x" + _longest(""))
+    assert decode([str(tmp_path / "z.safetensors"), "--output-dir", str(out_dir), *TINY, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "a name in it is longer than the 255 bytes a folder takes" in err and err.count("\n") == 1, err
+    assert _names(tmp_path) == [b"z.safetensors"]
+
+
+@pytest.mark.parametrize("kind", ["mp4", "safetensors"])
+def test_outputs_named_after_inputs_of_255_bytes_are_written(tmp_path, capsys, kind):
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    one, two = _longest(".safetensors"), _longest(".safetensors", fill="é")
+    save_file({"latents": _z((1, 4, 2, 2, 2))}, folder / one)
+    save_file({"latents": _z((2, 4, 2, 2, 2), seed=1)}, folder / two)  # two videos: "<stem>_0", "<stem>_1"
+    code = decode([str(folder), "--output-dir", str(out), "--format", kind, *TINY, "--json"])
+    captured = capsys.readouterr()
+    stem, pair = one[: -len(".safetensors")], two[: -len(".safetensors")]
+    if kind == "mp4":  # streamed, 247 and 249 bytes
+        assert code == 0, captured.err
+        assert _names(out) == sorted(os.fsencode(n) for n in [f"{stem}.mp4", f"{pair}_0.mp4", f"{pair}_1.mp4"])
+    else:  # "<stem>_0.safetensors" would be 257 bytes: that input fails when read, before decoding, named
+        assert code == 4, captured.err
+        failed = json.loads(captured.out)["failed"]
+        assert [f["input"] for f in failed] == [str(folder / two)] and "257 bytes" in failed[0]["error"]
+        assert _names(out) == [os.fsencode(one)]
+
+
+def test_encode_writes_latents_under_a_name_of_255_bytes(tmp_path, capsys):
+    video.encode_mp4(tmp_path / "clip.mp4", np.zeros((1, 16, 16, 3), np.uint8))
+    out = tmp_path / _longest(".safetensors")
+    assert encode([str(tmp_path / "clip.mp4"), "-o", str(out), *TINY, "--quiet"]) == 0, capsys.readouterr().err
+    assert _names(tmp_path) == sorted([b"clip.mp4", os.fsencode(out.name)])
+    assert load_file(out)["latents"].shape == (1, 1, 4, 2, 2)
