@@ -26,33 +26,44 @@ class InputsError(ValueError):
 
 
 def expand_inputs(specs: Iterable[str]) -> list[Path]:
-    """Files named, ``*.safetensors`` of folders named, and glob matches, in order, each once.
+    """Files named, ``*.safetensors`` entries of folders named, and glob matches, in order, each once.
+
+    Every entry a folder holds under a latents name, and every match of a
+    pattern, is an input, whatever it turns out to be: one that cannot be
+    read as latents (a folder, a link that leads nowhere, a FIFO, a file
+    without read permission) is named and failed by the reader, never
+    passed over here.
 
     Raises:
-        InputsError: a name that is neither a file nor a folder nor a
-            pattern matching a file; a folder or pattern with no latents.
+        InputsError: a name that is neither an entry nor a pattern matching
+            one; a folder that cannot be listed; a folder or pattern with no
+            latents.
     """
     found: list[Path] = []
     for spec in specs:
         path = Path(spec)
-        if path.is_dir():
-            # Links that lead nowhere and special files are kept, to be reported
-            # as unreadable (`latents.read_latents` never opens them); subfolders are not inputs.
-            matches = sorted(p for p in path.glob("*.safetensors") if not p.is_dir())
-            if not matches:
+        if os.path.isdir(spec):
+            try:
+                with os.scandir(spec) as entries:
+                    names = sorted(e.name for e in entries if e.name.endswith(".safetensors"))
+            except OSError as e:
+                raise InputsError(f"folder {spec!r} cannot be listed: {e.strerror}") from None
+            if not names:
                 raise InputsError(f"folder {spec!r} holds no .safetensors files")
-        elif path.is_file():
+            matches = [path / name for name in names]
+        elif os.path.lexists(spec):  # a file, or what the reader will name (a FIFO, a link that leads nowhere)
             matches = [path]
         elif _GLOB_CHARS & set(spec):
-            matches = sorted(Path(p) for p in glob.glob(spec) if not Path(p).is_dir())
+            matches = sorted(Path(p) for p in glob.glob(spec))
             if not matches:
-                raise InputsError(f"pattern {spec!r} matches no file")
+                raise InputsError(f"pattern {spec!r} matches no file or folder")
         else:
             raise InputsError(f"latents file {spec!r} does not exist")
         found.extend(matches)
     unique: dict[str, Path] = {}
     for path in found:
-        unique.setdefault(os.path.realpath(path), path)
+        # The same file named twice is one input; two links that lead nowhere are two.
+        unique.setdefault(os.path.realpath(path) if os.path.exists(path) else os.path.abspath(path), path)
     return list(unique.values())
 
 

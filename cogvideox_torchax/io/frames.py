@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cogvideox_torchax.io import paths
+
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 # CogVideoX's VAE: 8x spatial compression, 4x temporal in batches of 8 frames.
@@ -40,7 +42,9 @@ def read_frames(path: str | os.PathLike) -> tuple[np.ndarray, float | None]:
 
     Args:
         path: an mp4 (or .mov/.mkv/.webm) file, or a folder of .png/.jpg/...
-            frames (read in sorted name order; other files are ignored).
+            frames (read in sorted name order; entries under other names
+            are ignored, and one under a frame's name that is no file, such
+            as a folder or a link that leads nowhere, is refused).
 
     Returns:
         ``(F, H, W, 3)`` uint8 RGB frames, and the frame rate (None for a
@@ -48,13 +52,17 @@ def read_frames(path: str | os.PathLike) -> tuple[np.ndarray, float | None]:
 
     Raises:
         FramesError: missing path, unknown file type, unreadable file or
-            image, no frames, or frames of different sizes.
+            image, an entry under a frame's name that is no file, no frames,
+            or frames of different sizes.
     """
     path = Path(path)
-    if path.is_dir():
+    if os.path.isdir(path):
         return _read_folder(path), None
-    if not path.exists():
+    problem = paths.not_a_file(path)  # never opened otherwise: a FIFO would block the decoder
+    if problem == "does not exist":
         raise FramesError(f"no such video or frame folder: {str(path)!r}")
+    if problem is not None:
+        raise FramesError(f"video {str(path)!r} {problem}")
     if path.suffix.lower() not in VIDEO_SUFFIXES:
         raise FramesError(
             f"cannot read {str(path)!r}: expected a video ({', '.join(VIDEO_SUFFIXES)}) or a folder of frames"
@@ -90,11 +98,19 @@ def _describe(e: Exception) -> str:
 def _read_folder(folder: Path) -> np.ndarray:
     from PIL import Image
 
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(e.name for e in entries if Path(e.name).suffix.lower() in IMAGE_SUFFIXES)
+    except OSError as e:
+        raise FramesError(f"folder {str(folder)!r} cannot be listed: {e.strerror}") from None
+    if not names:
         raise FramesError(f"folder {str(folder)!r} holds no frames ({', '.join(IMAGE_SUFFIXES)})")
     frames = []
-    for f in files:
+    for f in (folder / name for name in names):
+        # Every entry under a frame's name is a frame: one that is no file is named, never passed over.
+        problem = paths.not_a_file(f)
+        if problem is not None:
+            raise FramesError(f"frame {str(f)!r} {problem}")
         try:
             with Image.open(f) as im:
                 frame = _to_rgb8(im, f)

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from cogvideox_torchax.io import paths
+
 LAYOUTS = ("auto", "BCTHW", "BTCHW")
 
 
@@ -41,12 +43,11 @@ def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
-    if not path.is_file():  # never opened: a FIFO would block
-        if path.is_symlink() and not path.exists():
-            raise LatentsError(f"{str(path)!r} is a link that leads nowhere (dangling, or a loop)")
-        if path.exists() and not path.is_dir():
-            raise LatentsError(f"{str(path)!r} is not a regular file (a FIFO, socket or device); not read")
+    problem = paths.not_a_file(path)  # never opened otherwise: a FIFO would block
+    if problem == "does not exist":
         raise LatentsError(f"no such latents file: {str(path)!r}")
+    if problem is not None:
+        raise LatentsError(f"{str(path)!r} {problem}{', not a latents file' if problem == 'is a folder' else ''}")
     check_header(path)
     try:
         with safe_open(path, framework="pt") as f:

@@ -1,27 +1,41 @@
-"""Output names of NAME_MAX bytes, for both commands (issue 47).
+"""Hostile inputs, closed as classes for both commands (issue 47).
 
-Any name its folder takes (NAME_MAX: 255 bytes, UTF-8 counted in bytes) is a
-legal output for every kind (mp4, PNG folder, npy, safetensors, streamed or
-not, named by the user or after an input): its staged temporary fits beside
-it. A longer name is refused before decoding. In-process runs at the tiny
-config.
+1. An entry under an input's name that cannot be read as one (a folder named
+   ``x.safetensors``, a link to a folder, a link that leads nowhere or loops,
+   a FIFO, a socket, a file without read permission) is named on stderr and
+   failed, never passed over: decode ``--output-dir`` exits 4 with the others
+   written; encode, whose frames make one video, exits 2.
+2. Any name its folder takes (NAME_MAX: 255 bytes, UTF-8 counted in bytes) is
+   a legal output for every kind (mp4, PNG folder, npy, safetensors, streamed
+   or not, named by the user or after an input): its staged temporary fits
+   beside it. A longer name is refused before decoding.
+
+In-process runs at the tiny config, except where a real process is the point:
+the unreadable file, read by a process without root's permission override
+(``setpriv``), so that ``chmod 000`` holds when the tests run as root too.
 """
 
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from safetensors.numpy import load_file
 from safetensors.torch import save_file
 
+from cogvideox_torchax.cli import batch
 from cogvideox_torchax.decode import main as decode
 from cogvideox_torchax.encode import main as encode
 from cogvideox_torchax.io import outputs, video
 
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--model", "random:tiny", "--mesh", "dp=1,tp=1", "--no-compile-cache"]
 
 
@@ -31,6 +45,109 @@ def _z(shape=(1, 4, 1, 2, 2), seed=0):
 
 def _names(folder: Path) -> list[bytes]:
     return sorted(os.listdir(os.fsencode(folder)))
+
+
+def _socket(path: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))  # the socket's entry stays after it closes
+
+
+def _unprivileged(path: Path) -> list[str]:
+    """A command prefix under which ``path`` (mode 000) cannot be read, as root too; skips where none exists."""
+    prefix = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: no way to make a file unreadable here")
+        prefix = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    probe = subprocess.run([*prefix, sys.executable, "-c", f"open({str(path)!r}, 'rb')"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("chmod 000 does not stop reads here (root's override could not be dropped)")
+    return prefix
+
+
+# -- 1. entries that look like inputs but cannot be read ---------------------------
+
+
+def _hostile_folder(folder: Path) -> set[str]:
+    """``folder`` with one good latents file and every kind of entry that cannot be read as one; their names."""
+    folder.mkdir()
+    save_file({"latents": _z()}, folder / "good.safetensors")
+    (folder / "dir.safetensors").mkdir()  # a folder, even one holding latents, is no latents file
+    save_file({"latents": _z()}, folder / "dir.safetensors" / "inner.safetensors")
+    (folder.parent / "elsewhere").mkdir()
+    (folder / "to_dir.safetensors").symlink_to(folder.parent / "elsewhere")
+    (folder / "dangling.safetensors").symlink_to(folder / "gone.safetensors")
+    (folder / "loop.safetensors").symlink_to(folder / "loop.safetensors")
+    os.mkfifo(folder / "fifo.safetensors")  # never opened: reading it would wait forever
+    _socket(folder / "socket.safetensors")
+    save_file({"latents": _z()}, folder / "unreadable.safetensors")
+    (folder / "unreadable.safetensors").chmod(0)
+    return {"dir", "to_dir", "dangling", "loop", "fifo", "socket", "unreadable"}
+
+
+def test_every_entry_under_a_latents_name_that_cannot_be_read_is_named_and_failed(tmp_path):
+    folder, out = tmp_path / "in", tmp_path / "out"
+    bad = _hostile_folder(folder)
+    # A folder and a pattern find every entry; each entry named alone (but a folder, whose latents it finds) is kept.
+    everything = [folder / f"{n}.safetensors" for n in sorted(bad | {"good"})]
+    assert batch.expand_inputs([str(folder)]) == everything
+    assert batch.expand_inputs([str(folder / "*.safetensors")]) == everything
+    files = [p for p in everything if p.stem not in ("dir", "to_dir")]
+    assert batch.expand_inputs([str(p) for p in files]) == files
+
+    cmd = [sys.executable, "-m", "cogvideox_torchax.decode", str(folder), "--output-dir", str(out), "--format", "npy"]
+    proc = subprocess.run([*_unprivileged(folder / "unreadable.safetensors"), *cmd, *TINY, "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 4, proc.stderr  # some failed, the others written
+    reasons = {Path(f["input"]).stem: f["error"] for f in json.loads(proc.stdout)["failed"]}
+    assert set(reasons) == bad, proc.stderr
+    for name, said in [("dir", "is a folder, not a latents file"), ("to_dir", "is a folder, not a latents file"),
+                       ("dangling", "leads nowhere"), ("loop", "leads nowhere"), ("fifo", "not a regular file"),
+                       ("socket", "not a regular file"), ("unreadable", "Permission denied")]:
+        assert said in reasons[name], (name, reasons[name])
+        assert f"failed: {str(folder / f'{name}.safetensors')!r}: " in proc.stderr, proc.stderr
+    assert _names(out) == [b"good.npy"]
+
+
+@pytest.mark.parametrize("kind", ["folder", "link-to-folder", "dangling", "loop", "fifo", "socket"])
+def test_an_entry_under_a_frame_name_that_is_no_file_is_refused_not_skipped(tmp_path, capsys, kind):
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(2):
+        Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(folder / f"{i}.png")
+    entry = folder / "2.png"
+    {
+        "folder": lambda: entry.mkdir(),
+        "link-to-folder": lambda: entry.symlink_to(tmp_path),
+        "dangling": lambda: entry.symlink_to(tmp_path / "gone.png"),
+        "loop": lambda: entry.symlink_to(entry),
+        "fifo": lambda: os.mkfifo(entry),
+        "socket": lambda: _socket(entry),
+    }[kind]()
+    assert encode([str(folder), *TINY, "-o", str(tmp_path / "z.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().split("\n")[-1].startswith(f"error: frame {str(entry)!r} "), err
+    assert not (tmp_path / "z.safetensors").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "unreadable"])
+def test_a_video_that_cannot_be_read_is_refused_without_waiting(tmp_path, kind):
+    # A FIFO is never opened (the decoder would wait for a writer forever).
+    path = tmp_path / "clip.mp4"
+    if kind == "fifo":
+        os.mkfifo(path)
+        prefix = []
+    else:
+        video.encode_mp4(path, np.zeros((1, 16, 16, 3), np.uint8))
+        path.chmod(0)
+        prefix = _unprivileged(path)
+    cmd = [sys.executable, "-m", "cogvideox_torchax.encode", str(path), "-o", str(tmp_path / "z.safetensors")]
+    proc = subprocess.run([*prefix, *cmd, *TINY], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    said = "is not a regular file" if kind == "fifo" else "Permission denied"
+    assert said in proc.stderr and str(path) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert _names(tmp_path) == [b"clip.mp4"]
 
 
 # -- 2. output names of NAME_MAX bytes ------------------------------------------
