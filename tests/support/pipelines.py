@@ -49,3 +49,38 @@ def embeddings() -> tuple[torch.Tensor, torch.Tensor]:
         torch.randn((1, TEXT_LEN, TEXT_DIM), generator=torch.Generator().manual_seed(1)),
         torch.randn((1, TEXT_LEN, TEXT_DIM), generator=torch.Generator().manual_seed(2)),
     )
+
+
+def tiny_wan_transformer(in_channels: int):
+    """A two-layer random `WanTransformer3DModel` over 16 latent channels (no image embeddings)."""
+    from diffusers import WanTransformer3DModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return WanTransformer3DModel(
+            patch_size=(1, 2, 2),
+            num_attention_heads=2,
+            attention_head_dim=12,
+            in_channels=in_channels,
+            out_channels=16,
+            text_dim=TEXT_DIM,
+            freq_dim=256,
+            ffn_dim=32,
+            num_layers=2,
+            cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads",
+            rope_max_seq_len=32,
+        ).eval()
+
+
+def tiny_wan_pipeline(cls, in_channels: int = 16):
+    """A Wan pipeline of ``cls`` around the upstream wan-tiny VAE (seed 0); image to video takes 36 channels."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    return cls(
+        tokenizer=None,
+        text_encoder=None,
+        vae=ct.random_upstream("wan-tiny", seed=0),
+        transformer=tiny_wan_transformer(in_channels),
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+    )
