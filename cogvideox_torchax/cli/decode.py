@@ -356,6 +356,8 @@ def _frame_count(latent_frames: int) -> int:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
+    from cogvideox_torchax.io.paths import shown  # names that are not UTF-8 printed, not a failure
+
     if s.get("many"):
         from cogvideox_torchax.cli import decode_many
 
@@ -386,7 +388,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     elif s.get("stream_why_not"):
         print(f"  not streamed ({s['stream_why_not']}): done after {s['end_to_end_s']:.2f} s")
     for path in s["outputs"]:
-        print(f"  wrote {path}")
+        print(f"  wrote {shown(path)}")
 
 
 def main(argv: list[str] | None = None) -> int:

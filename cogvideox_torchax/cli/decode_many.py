@@ -305,6 +305,8 @@ def _dry_run(config: DecodeConfig, vae, load: Stage, work: dict[str, Any], shape
 
 def print_summary(s: dict[str, Any]) -> None:
     """The human summary of a many-latents run (``--json`` prints ``s`` itself)."""
+    from cogvideox_torchax.io.paths import shown  # names that are not UTF-8 printed, not a failure
+
     if s.get("dry_run"):
         print(f"{s['videos']} videos to decode ({s['dtype']}, mesh {s['mesh']}, batches of {s['batch_size']}):")
         for shape, plan in s["memory_plans"].items():
@@ -314,7 +316,7 @@ def print_summary(s: dict[str, Any]) -> None:
         return
     rate = f"{s['videos_per_s']:.3f} videos/s" if s["videos_per_s"] is not None else "-"
     print(
-        f"decoded {len(s['written'])} of {s['videos']} videos from {s['inputs']} files into {s['output_dir']} "
+        f"decoded {len(s['written'])} of {s['videos']} videos from {s['inputs']} files into {shown(s['output_dir'])} "
         f"({len(s['skipped'])} skipped as existing, {len(s['failed'])} failed; {s['dtype']}, mesh {s['mesh']}, "
         f"{s['processes']} process(es), {s['device']})"
     )

@@ -252,6 +252,8 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
 
 
 def _print_summary(s: dict[str, Any]) -> None:
+    from cogvideox_torchax.io.paths import shown  # names that are not UTF-8 printed, not a failure
+
     plan = s["memory_plan"]
     if s.get("dry_run"):
         print(
@@ -263,7 +265,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     frames, height, width = s["input_shape"]
     _, _, used, used_h, used_w = s["video_shape"]
     print(
-        f"encoded {s['input']} ({frames} frames {height}x{width}; used {used} frames {used_h}x{used_w}) -> "
+        f"encoded {shown(s['input'])} ({frames} frames {height}x{width}; used {used} frames {used_h}x{used_w}) -> "
         f"{s['latents_shape']} (BTCHW, x{s['scaling_factor']:g}, posterior {s['posterior']}; "
         f"{s['dtype']}, mesh {s['mesh']}, {s['device']})"
     )
@@ -272,7 +274,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"(cache {s['compile_cache']}) | encode {s['encode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | "
         f"write {s['write_s']:.2f} s"
     )
-    print(f"  wrote {s['output']}")
+    print(f"  wrote {shown(s['output'])}")
 
 
 def main(argv: list[str] | None = None) -> int:

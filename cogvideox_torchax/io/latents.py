@@ -50,7 +50,8 @@ def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
         raise LatentsError(f"{str(path)!r} {problem}{', not a latents file' if problem == 'is a folder' else ''}")
     check_header(path)
     try:
-        with safe_open(path, framework="pt") as f:
+        # By the path's bytes: safe_open refuses a name that is not UTF-8.
+        with paths.by_bytes(path) as name, safe_open(name, framework="pt") as f:
             keys = sorted(f.keys())
             if not keys:
                 raise LatentsError(f"{str(path)!r} holds no tensors")

@@ -1,4 +1,4 @@
-"""Hostile inputs, closed as classes for both commands (issue 47).
+"""Three classes of hostile input, closed as classes for both commands (issue 47).
 
 1. An entry under an input's name that cannot be read as one (a folder named
    ``x.safetensors``, a link to a folder, a link that leads nowhere or loops,
@@ -9,6 +9,9 @@
    a legal output for every kind (mp4, PNG folder, npy, safetensors, streamed
    or not, named by the user or after an input): its staged temporary fits
    beside it. A longer name is refused before decoding.
+3. Names that are not UTF-8 (Linux bytes such as ``b"\\xff"``) are read and
+   written by their bytes; messages and summaries print them without failing
+   (pytest's captured stdout is strict UTF-8, as a terminal's can be).
 
 In-process runs at the tiny config, except where a real process is the point:
 the unreadable file, read by a process without root's permission override
@@ -41,6 +44,11 @@ TINY = ["--model", "random:tiny", "--mesh", "dp=1,tp=1", "--no-compile-cache"]
 
 def _z(shape=(1, 4, 1, 2, 2), seed=0):
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _b(path: Path | str, name: bytes) -> Path:
+    """``path / name`` for a name given as bytes (not UTF-8 where the test says so)."""
+    return Path(path) / os.fsdecode(name)
 
 
 def _names(folder: Path) -> list[bytes]:
@@ -245,3 +253,40 @@ def test_encode_writes_latents_under_a_name_of_255_bytes(tmp_path, capsys):
     assert encode([str(tmp_path / "clip.mp4"), "-o", str(out), *TINY, "--quiet"]) == 0, capsys.readouterr().err
     assert _names(tmp_path) == sorted([b"clip.mp4", os.fsencode(out.name)])
     assert load_file(out)["latents"].shape == (1, 1, 4, 2, 2)
+
+
+# -- 3. names that are not UTF-8 -------------------------------------------------
+
+
+def test_latents_under_names_that_are_not_utf8_decode_by_their_bytes(tmp_path, capsys):
+    folder, out = tmp_path / "in", _b(tmp_path, b"out\xfe")
+    folder.mkdir()
+    z = _z((1, 4, 2, 2, 2))
+    save_file({"latents": z}, folder / "good.safetensors")
+    save_file({"latents": z}, _b(folder, b"\xff.safetensors"))
+    bad = _b(folder, b"\xfa\xfb.safetensors")
+    bad.write_bytes(b"not a safetensors file")
+    # The human summary (not --json) on a strict UTF-8 stdout.
+    code = decode([str(folder), "--output-dir", str(out), "--format", "npy", *TINY])
+    captured = capsys.readouterr()
+    assert code == 4 and "summary could not be printed" not in captured.err, captured.err  # only the bad file failed
+    assert f"failed: {str(bad)!r}: " in captured.err, captured.err
+    assert f"into {tmp_path}/out\\xfe " in captured.out, captured.out
+    assert _names(out) == [b"good.npy", b"\xff.npy"]
+    # Same latents, same program: the same bytes.
+    np.testing.assert_array_equal(np.load(_b(out, b"\xff.npy")), np.load(out / "good.npy"))
+
+
+def test_one_file_decode_and_encode_by_bytes(tmp_path, capsys):
+    frames = _b(tmp_path, b"frames\xf0")
+    frames.mkdir()
+    for i, name in enumerate([b"0\xf1.png", b"1\xf2.png"]):
+        Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(_b(frames, name))
+    z = _b(tmp_path, b"\xfe.safetensors")
+    assert encode([str(frames), "-o", str(z), *TINY]) == 0, capsys.readouterr().err  # 1 frame of 2 (8k+1)
+    said = capsys.readouterr().out
+    assert f"encoded {tmp_path}/frames\\xf0 (2 frames 16x16" in said and "wrote " in said, said
+    assert decode([str(z), "-o", str(_b(tmp_path, b"\xfd.mp4")), *TINY]) == 0, capsys.readouterr().err
+    assert f"wrote {tmp_path}/\\xfd.mp4" in capsys.readouterr().out
+    assert video.read_mp4(_b(tmp_path, b"\xfd.mp4"))[0].shape == (1, 16, 16, 3)
+    assert _names(tmp_path) == [b"frames\xf0", b"\xfd.mp4", b"\xfe.safetensors"]
