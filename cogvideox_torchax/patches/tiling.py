@@ -66,7 +66,6 @@ class BatchedTilesMixin:
     def tiled_decode(self, z: torch.Tensor, return_dict: bool = True):
         if not is_torchax(z):
             return super().tiled_decode(z, return_dict=return_dict)
-        batch, _, _, height, width = z.shape
         tile_h, tile_w = self.tile_latent_min_height, self.tile_latent_min_width
         step_h = int(tile_h * (1 - self.tile_overlap_factor_height))
         step_w = int(tile_w * (1 - self.tile_overlap_factor_width))
@@ -74,67 +73,95 @@ class BatchedTilesMixin:
         extent_w = int(self.tile_sample_min_width * self.tile_overlap_factor_width)
         keep_h = self.tile_sample_min_height - extent_h
         keep_w = self.tile_sample_min_width - extent_w
-        rows, cols = list(range(0, height, step_h)), list(range(0, width, step_w))
-
-        # Group tile positions by tile shape (edge tiles are cut short).
-        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for i in rows:
-            for j in cols:
-                shape = (min(tile_h, height - i), min(tile_w, width - j))
-                groups.setdefault(shape, []).append((i, j))
-
-        decoded: dict[tuple[int, int], torch.Tensor] = {}
-        for positions in groups.values():
-            tiles = [z[:, :, :, i : i + tile_h, j : j + tile_w] for i, j in positions]
-            video = self._decode_tile_group(torch.cat(tiles, dim=0), len(positions))
-            for n, pos in enumerate(positions):
-                decoded[pos] = video[n * batch : (n + 1) * batch]
-
-        # Upstream blends in place, row by row: each tile fades in from its
-        # already-blended upper and left neighbours.
-        blend_v = interop.torch_view(functools.partial(blend, extent=extent_h, axis=3))
-        blend_h = interop.torch_view(functools.partial(blend, extent=extent_w, axis=4))
-        blended: dict[tuple[int, int], torch.Tensor] = {}
-        out_rows = []
-        for ri, i in enumerate(rows):
-            out_row = []
-            for ci, j in enumerate(cols):
-                tile = decoded[(i, j)]
-                if ri > 0:
-                    tile = blend_v(blended[(rows[ri - 1], j)], tile)
-                if ci > 0:
-                    tile = blend_h(blended[(i, cols[ci - 1])], tile)
-                blended[(i, j)] = tile
-                out_row.append(tile[:, :, :, :keep_h, :keep_w])
-            out_rows.append(torch.cat(out_row, dim=4))
-        dec = torch.cat(out_rows, dim=3)
+        dec = decode_tiles(z, (tile_h, tile_w), (step_h, step_w), (extent_h, extent_w), (keep_h, keep_w),
+                           self._decode_tile_group)
         if not return_dict:
             return (dec,)
         return DecoderOutput(sample=dec)
 
     def _decode_tile_group(self, stacked: torch.Tensor, count: int) -> torch.Tensor:
         """Decodes ``count`` same-shape tiles stacked on the batch, ``tiles_per_step`` per scan step."""
-        per_step = max(1, min(self.tiles_per_step, count))
-        batch = stacked.shape[0] // count
-        if per_step >= count:
+
+        def decode(tiles: torch.Tensor) -> torch.Tensor:
             # Tiles are at most one tile in size: _decode never re-enters tiling.
-            (video,) = self._decode(stacked, return_dict=False)
+            (video,) = self._decode(tiles, return_dict=False)
             return video
-        env = torchax.default_env()
-        steps = -(-count // per_step)
-        xs = env.t2j_iso(stacked)
-        pad = steps * per_step - count
-        if pad:  # repeat the last tile; its extra decodes are dropped below
-            xs = jnp.concatenate([xs, jnp.repeat(xs[-batch:], pad, axis=0)], axis=0)
-        xs = xs.reshape(steps, per_step * batch, *xs.shape[1:])
 
-        def body(carry, chunk):
-            (video,) = self._decode(env.j2t_iso(chunk), return_dict=False)
-            return carry, env.t2j_iso(video)
+        return decode_tile_group(decode, stacked, count, self.tiles_per_step)
 
-        _, videos = jax.lax.scan(body, None, xs)  # (steps, per_step * B, 3, F, h, w)
-        videos = videos.reshape(steps * per_step * batch, *videos.shape[2:])[: count * batch]
-        return env.j2t_iso(videos)
+
+def decode_tiles(z: torch.Tensor, tile: tuple[int, int], step: tuple[int, int], extent: tuple[int, int],
+                 keep: tuple[int, int], decode_group) -> torch.Tensor:
+    """Upstream's tile grid over ``z``'s latent frame, decoded by shape group, blended and joined.
+
+    Tiles of ``tile`` latents start every ``step`` latents (cut short at the
+    edges); ``decode_group(stacked, count)`` decodes the tiles of one shape
+    stacked on the batch; each decoded tile fades in from its upper and left
+    neighbours over ``extent`` pixels (`blend`), keeps its first ``keep``
+    pixels, and the kept parts are joined. Every family's tile batching
+    shares it.
+    """
+    batch, _, _, height, width = z.shape
+    rows, cols = list(range(0, height, step[0])), list(range(0, width, step[1]))
+
+    # Group tile positions by tile shape (edge tiles are cut short).
+    groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for i in rows:
+        for j in cols:
+            shape = (min(tile[0], height - i), min(tile[1], width - j))
+            groups.setdefault(shape, []).append((i, j))
+
+    decoded: dict[tuple[int, int], torch.Tensor] = {}
+    for positions in groups.values():
+        tiles = [z[:, :, :, i : i + tile[0], j : j + tile[1]] for i, j in positions]
+        video = decode_group(torch.cat(tiles, dim=0), len(positions))
+        for n, pos in enumerate(positions):
+            decoded[pos] = video[n * batch : (n + 1) * batch]
+
+    # Upstream blends in place, row by row: each tile fades in from its
+    # already-blended upper and left neighbours.
+    blend_v = interop.torch_view(functools.partial(blend, extent=extent[0], axis=3))
+    blend_h = interop.torch_view(functools.partial(blend, extent=extent[1], axis=4))
+    blended: dict[tuple[int, int], torch.Tensor] = {}
+    out_rows = []
+    for ri, i in enumerate(rows):
+        out_row = []
+        for ci, j in enumerate(cols):
+            video = decoded[(i, j)]
+            if ri > 0:
+                video = blend_v(blended[(rows[ri - 1], j)], video)
+            if ci > 0:
+                video = blend_h(blended[(i, cols[ci - 1])], video)
+            blended[(i, j)] = video
+            out_row.append(video[:, :, :, : keep[0], : keep[1]])
+        out_rows.append(torch.cat(out_row, dim=4))
+    return torch.cat(out_rows, dim=3)
+
+
+def decode_tile_group(decode, stacked: torch.Tensor, count: int, tiles_per_step: int) -> torch.Tensor:
+    """``decode`` of ``count`` same-shape tiles stacked on the batch, ``tiles_per_step`` at a time as scan steps.
+
+    ``decode`` takes a batch of tiles and returns their videos, stacked the
+    same way. Every family's tile batching shares it.
+    """
+    per_step = max(1, min(tiles_per_step, count))
+    batch = stacked.shape[0] // count
+    if per_step >= count:
+        return decode(stacked)
+    env = torchax.default_env()
+    steps = -(-count // per_step)
+    xs = env.t2j_iso(stacked)
+    pad = steps * per_step - count
+    if pad:  # repeat the last tile; its extra decodes are dropped below
+        xs = jnp.concatenate([xs, jnp.repeat(xs[-batch:], pad, axis=0)], axis=0)
+    xs = xs.reshape(steps, per_step * batch, *xs.shape[1:])
+
+    def body(carry, chunk):
+        return carry, env.t2j_iso(decode(env.j2t_iso(chunk)))
+
+    _, videos = jax.lax.scan(body, None, xs)  # (steps, per_step * B, 3, F, h, w)
+    videos = videos.reshape(steps * per_step * batch, *videos.shape[2:])[: count * batch]
+    return env.j2t_iso(videos)
 
 
 def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) -> int:

@@ -46,19 +46,28 @@ class WanFrameScanMixin:
     """Overrides ``_decode`` and ``_encode``: the chunk loops as scans under torchax (tiled calls as upstream)."""
 
     def _decode(self, z: torch.Tensor, return_dict: bool = True):
-        _, _, num_frames, height, width = z.shape
+        _, _, _, height, width = z.shape
         ratio = self.spatial_compression_ratio
         tiled = self.use_tiling and (width > self.tile_sample_min_width // ratio
                                      or height > self.tile_sample_min_height // ratio)
         if tiled or not is_torchax(z):
             return super()._decode(z, return_dict=return_dict)
+        dec = self.decode_frames(z, finish=True)
+        return DecoderOutput(sample=dec) if return_dict else (dec,)
+
+    def decode_frames(self, z: torch.Tensor, *, finish: bool) -> torch.Tensor:
+        """Every latent frame of ``z`` through the decoder, the frames after the first as one scan.
+
+        ``finish``: each chunk unpatchified and clamped as upstream's
+        ``_decode`` returns it (`chunks.finish`); False leaves the decoder's
+        output, as upstream's tiled decode blends it.
+        """
 
         def step(z_frame, cache):
             out, cache = chunks.decode_chunk(self, z_frame, cache)
-            return chunks.finish(self, out), cache
+            return (chunks.finish(self, out) if finish else out), cache
 
-        dec = scan_frames(step, z, 1, 1, num_frames - 1)
-        return DecoderOutput(sample=dec) if return_dict else (dec,)
+        return scan_frames(step, z, 1, 1, z.shape[2] - 1)
 
     def _encode(self, x: torch.Tensor) -> torch.Tensor:
         _, _, num_frames, height, width = x.shape
