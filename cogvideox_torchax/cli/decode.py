@@ -1,9 +1,11 @@
 """``python -m cogvideox_torchax.decode LATENTS``: decode latents to a video.
 
 A thin command line over the library. Latents come from a safetensors file,
-in ``(B, C, T, H, W)`` (as ``vae.decode`` takes them) or ``(B, T, C, H, W)``
-(as ``CogVideoXPipeline(output_type="latent")`` returns them), and are
-divided by the model's scaling factor unless ``--no-unscale``. The video is
+as the model family's pipelines return them (``output_type="latent"``:
+CogVideoX ``(B, T, C, H, W)`` times the scaling factor, Wan ``(B, C, T, H, W)``
+normalised per channel), and are brought to what ``vae.decode`` takes
+unless ``--no-unscale``; latents a file's metadata says are another
+family's are refused. The video is
 written as H.264 ``.mp4``, a folder of PNG frames (an output name without a
 suffix), or raw float frames (``.npy`` / ``.safetensors``); one output per
 video of the batch, all written under temporary names and moved in together
@@ -23,11 +25,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
-from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
+from cogvideox_torchax.cli import agreement, command, decode_report, errors, interrupts, options, out_of_memory, stages
 from cogvideox_torchax.cli.decode_config import DecodeConfig
 from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.cli.options import add_model_arguments
@@ -47,13 +50,15 @@ def _parser() -> argparse.ArgumentParser:
         "--layout",
         default="auto",
         choices=("auto", "BCTHW", "BTCHW"),
-        help="latent layout; auto detects it from the model's latent channel count",
+        help="latent layout; auto detects it from the model's latent channel count (a Wan model takes (B, C, T, H, W) "
+        "unless told BTCHW)",
     )
     p.add_argument(
         "--no-unscale",
         dest="unscale",
         action="store_false",
-        help="latents are already divided by config.scaling_factor (default: divide, as the pipeline does)",
+        help="latents are already as vae.decode takes them (default: undo the pipeline's scaling as it does: CogVideoX "
+        "divides by config.scaling_factor, Wan multiplies by config.latents_std and adds config.latents_mean)",
     )
     add_model_arguments(p)
     out = p.add_mutually_exclusive_group()  # one is needed unless --dry-run (DecodeConfig.from_args)
@@ -85,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --output-dir: leave outputs that exist alone and decode the rest (resumes a run)",
     )
-    p.add_argument("--fps", type=float, default=8.0, help="mp4 frame rate, 0.01 to 1000 (default 8, as CogVideoX-2b)")
+    p.add_argument("--fps", type=float, default=None,
+                   help="mp4 frame rate, 0.01 to 1000 (default the model's: CogVideoX 8, Wan 16)")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
     p.add_argument(
         "--encoder",
@@ -127,12 +133,14 @@ def _run_one(config: DecodeConfig) -> dict[str, Any]:
     from cogvideox_torchax.parallel import distributed
 
     kind = outputs.output_kind(config.output) if config.output is not None else None
-    z = None
+    z, metadata = None, None
     with agreement.together("reading the latents"):
         if agreement.is_primary():
             z = latents.read_latents(config.latents[0], config.key)
             latents.check_shape(z.shape)
-    z = distributed.share_array(z)
+            metadata = latents.read_metadata(config.latents[0])
+    z, metadata = distributed.share_array(z), distributed.share_json(metadata)
+    config = dataclasses.replace(config, metadata=metadata)
     paths = [] if config.output is None else outputs.output_paths(Path(config.output), z.shape[0])
     if config.run.dry_run:
         # As the run would: outputs it would refuse are refused now (exit 2), nothing made.
@@ -153,10 +161,9 @@ def _run_one(config: DecodeConfig) -> dict[str, Any]:
 def _dry_run(config: DecodeConfig, z, kind: str | None) -> dict[str, Any]:
     """Loads the model and plans the decode's memory as the run would (compiling, not running); writes nothing."""
     from cogvideox_torchax.cli import stream_choice
-    from cogvideox_torchax.io import latents
 
     _, vae, load = stages.load_together(config.run)
-    z, layout = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
+    z, layout = _prepared(config, vae, z)
     shape, target = tuple(z.shape), config.run.model.target
     why = "no output named" if kind is None else stream_choice.why_not(config.stream, kind, vae, shape, target)
     streamed = []
@@ -178,14 +185,14 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     import numpy as np
 
     from cogvideox_torchax.cli import stream_choice
-    from cogvideox_torchax.io import latents, outputs, video
+    from cogvideox_torchax.io import family_latents, outputs, video
     from cogvideox_torchax.memory import in_use
     from cogvideox_torchax.parallel import distributed
 
     cache_dir, vae, load = stages.load_together(config.run)
-    z, layout = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
+    z, layout = _prepared(config, vae, z)
     if kind == "mp4":
-        video.check_mp4_size(*latents.frame_size(vae.config, z.shape))
+        video.check_mp4_size(*family_latents.frame_size(vae, z.shape))
     streamed, why_not_streamed = _stream_plan(config, vae, z, kind)
     if streamed is not None:
         try:
@@ -206,7 +213,7 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
     # output crosses to the host); raw outputs take the decoder's floats.
     on_device_frames = kind not in ("npy", "safetensors")
     program = "frames" if on_device_frames else "decode"
-    batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
+    batch, frames_per_video = z.shape[0], family_latents.frames_of(vae, z.shape[2])
 
     def decode_all():
         with Stage("decode", batch * frames_per_video, "frame", config.run.quiet) as decode:
@@ -251,7 +258,7 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
             if staged is not None:
                 for path, tmp, one in zip(staged.paths, staged.temps, host, strict=True):
                     with outputs.disk_full_named(path, one.nbytes):
-                        video.write_video_to(tmp, kind, one, fps=config.fps, crf=config.crf, tick=write.tick,
+                        video.write_video_to(tmp, kind, one, fps=config.fps_for(vae), crf=config.crf, tick=write.tick,
                                              encoder=config.encoder, preset=config.preset)
         if config.run.memory_report:
             in_use.report("write")
@@ -262,7 +269,7 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
             interrupts.commit(staged)
     video_shape = [host.shape[i] for i in (0, 4, 1, 2, 3)] if on_device_frames else list(host.shape)
     return {
-        **_summary(config, vae, z, kind, layout, video_shape, vae.planned(tuple(z.shape), kind=program)),
+        **decode_report.summary(config, vae, z, kind, layout, video_shape, vae.planned(tuple(z.shape), kind=program)),
         **stages.run_fields(vae, load),
         **stages.compile_fields(compile_stage.seconds, cache_dir, cache_events.status),
         "decode_s": round(decode.seconds, 3),
@@ -274,21 +281,6 @@ def _decode(config: DecodeConfig, z, kind: str, staged) -> dict[str, Any]:
         "first_frame_s": round(decode.seconds, 3),
         "end_to_end_s": round(time.perf_counter() - started, 3),
         "write_hidden": 0.0,
-    }
-
-
-def _summary(config: DecodeConfig, vae, z, kind: str, layout: str, video_shape: list[int], plan) -> dict[str, Any]:
-    """What both ways of decoding one file say first: outputs, shapes, layout, the memory plan."""
-    from cogvideox_torchax.io import outputs
-
-    return {
-        "outputs": [str(p) for p in outputs.output_paths(Path(config.output), z.shape[0])],
-        "kind": kind,
-        "latents_shape": list(z.shape),
-        "layout": layout,
-        "unscaled": bool(config.unscale),
-        "video_shape": video_shape,
-        "memory_plan": plan.as_dict(),
     }
 
 
@@ -310,11 +302,11 @@ def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, 
     import numpy as np
 
     from cogvideox_torchax.cli import streamed_write
-    from cogvideox_torchax.io import latents, outputs
+    from cogvideox_torchax.io import family_latents, outputs
     from cogvideox_torchax.memory import in_use
 
     plan, (compile_stage, cache_events) = streamed
-    batch, frames_per_video = z.shape[0], _frame_count(z.shape[2])
+    batch, frames_per_video = z.shape[0], family_latents.frames_of(vae, z.shape[2])
     largest = float(np.abs(z).max())
 
     def check(chunk) -> None:
@@ -322,7 +314,7 @@ def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, 
             raise UsageError(out_of_memory.nonfinite_cause(vae, "decode", largest))
 
     open_writer = streamed_write.staged_writers(
-        staged.temps, kind, fps=config.fps, crf=config.crf, encoder=config.encoder, preset=config.preset
+        staged.temps, kind, fps=config.fps_for(vae), crf=config.crf, encoder=config.encoder, preset=config.preset
     )
     total = batch * frames_per_video
     with Stage("decode", total, "frame", config.run.quiet) as decode, \
@@ -335,9 +327,9 @@ def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, 
         in_use.report("decode")
     interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
     interrupts.commit(staged)
-    height, width = latents.frame_size(vae.config, z.shape)
+    height, width = family_latents.frame_size(vae, z.shape)
     return {
-        **_summary(config, vae, z, kind, layout, [batch, 3, frames_per_video, height, width], plan),
+        **decode_report.summary(config, vae, z, kind, layout, [batch, 3, frames_per_video, height, width], plan),
         **stages.run_fields(vae, load),
         **stages.compile_fields(compile_stage.seconds, cache_dir, cache_events.status),
         **times.as_dict(),
@@ -347,50 +339,15 @@ def _decode_streamed(config: DecodeConfig, vae, z, kind: str, staged, streamed, 
     }
 
 
-def _frame_count(latent_frames: int) -> int:
-    # Upstream's decoder turns 1 latent frame into 1, each later pair into 8,
-    # and a leading odd batch of 3 into 9: 1 -> 1, even T -> 4T, odd T -> 4T-3.
-    if latent_frames == 1:
-        return 1
-    return 4 * latent_frames if latent_frames % 2 == 0 else 4 * latent_frames - 3
+def _prepared(config: DecodeConfig, vae, z):
+    """The latents as the VAE's decode takes them, and their layout; a file of another family's refused."""
+    from cogvideox_torchax.io import family_latents
 
-
-def _print_summary(s: dict[str, Any]) -> None:
-    from cogvideox_torchax.io.paths import shown  # names that are not UTF-8 printed, not a failure
-
-    if s.get("many"):
-        from cogvideox_torchax.cli import decode_many
-
-        decode_many.print_summary(s)
-        return
-    plan = s["memory_plan"]
-    if s.get("dry_run"):
-        print(
-            f"plan for {s['latents_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
-            f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
-        )
-        if not s["streamed"]:
-            print(f"  not streamed: {s['stream_why_not']}")
-        stages.print_target(s)
-        return
-    print(
-        f"decoded {s['latents_shape']} ({s['layout']}, {'unscaled' if s['unscaled'] else 'as given'}) -> "
-        f"{s['video_shape']} ({s['dtype']}, mesh {s['mesh']}, {s['device']})"
-    )
-    print(
-        f"  load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s (cache {s['compile_cache']}) | "
-        f"decode {s['decode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | write {s['write_s']:.2f} s"
-    )
-    print(f"  memory plan: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device")
-    if s.get("streamed"):
-        print(f"  streamed: first frame after {s['first_frame_s']:.2f} s, done after {s['end_to_end_s']:.2f} s, "
-              f"{100 * s['write_hidden']:.0f} % of the write hidden behind the decode")
-    elif s.get("stream_why_not"):
-        print(f"  not streamed ({s['stream_why_not']}): done after {s['end_to_end_s']:.2f} s")
-    for path in s["outputs"]:
-        print(f"  wrote {shown(path)}")
+    for warning in family_latents.check_origin(vae, config.metadata or {}, repr(config.latents[0])):
+        errors.warn_once(warning, config.run.quiet)
+    return family_latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0 ok, 1 error, 2 bad input, 3 out of memory, 130 interrupted)."""
-    return command.command(_parser, argv, DecodeConfig.from_args, run, _print_summary)
+    return command.command(_parser, argv, DecodeConfig.from_args, run, decode_report.print_summary)

@@ -27,12 +27,13 @@ class DecodeConfig:
     format: str | None = None  # --output-dir's kind of output (mp4 unless given)
     batch_size: int | None = None
     skip_existing: bool = False
-    fps: float = 8.0
+    fps: float | None = None  # None: the model family's own (`families.Family.fps`)
     crf: int = 18
     overwrite: bool = False
     encoder: str = "libx264"
     preset: str | None = None
     stream: bool = True
+    metadata: dict[str, str] | None = None  # the latents file's, once read (process 0's, shared)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DecodeConfig:
@@ -42,7 +43,8 @@ class DecodeConfig:
             UsageError: options that cannot go together or values out of range (exit 2).
         """
         options.check_shared_cheaply(args)  # what needs no framework first: refused in milliseconds
-        options.check_range("--fps", args.fps, *FPS_RANGE)
+        if args.fps is not None:
+            options.check_range("--fps", args.fps, *FPS_RANGE)
         options.check_range("--crf", args.crf, 0, 51)
         if args.output is None and args.output_dir is None and not args.dry_run:
             raise UsageError("one of --output/-o or --output-dir is needed (only --dry-run goes without)")
@@ -75,6 +77,10 @@ class DecodeConfig:
 
     def with_run(self, run: options.RunOptions) -> DecodeConfig:
         return dataclasses.replace(self, run=run)
+
+    def fps_for(self, vae) -> float:
+        """The mp4 frame rate: ``--fps``, else the model family's (CogVideoX 8, Wan 16)."""
+        return self.fps if self.fps is not None else vae.family.fps
 
 
 # NVENC's presets (p1 fastest ... p7 best); libx264's are `io.video.X264_PRESETS`.

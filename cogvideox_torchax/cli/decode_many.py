@@ -131,7 +131,7 @@ def run(config: DecodeConfig) -> dict[str, Any]:
                     for i, item in enumerate(run_items):
                         error = unread.get(item.source) or nonfinite.get(i)
                         if error is None:
-                            error = _write(config, item, host[i])
+                            error = _write(config, item, host[i], config.fps_for(vae))
                         if error is None:
                             written.append(item.output)
                         else:
@@ -210,7 +210,7 @@ def _stream_run(config: DecodeConfig, vae, z: np.ndarray, items: list[batch.Item
 
         # None: unread, not staged, or the batch's padding.
         temps = [staged[i].temps[0] if i in staged else None for i in range(z.shape[0])]
-        open_writer = streamed_write.staged_writers(temps, config.format, fps=config.fps, crf=config.crf,
+        open_writer = streamed_write.staged_writers(temps, config.format, fps=config.fps_for(vae), crf=config.crf,
                                                     encoder=config.encoder, preset=config.preset)
 
         def failed_video(i: int, error: Exception | None) -> None:
@@ -261,7 +261,7 @@ def _gather(out, raw: bool) -> tuple[np.ndarray, np.ndarray]:
     return distributed.to_host(frames), distributed.to_host(finite)
 
 
-def _write(config: DecodeConfig, item: batch.Item, one: np.ndarray) -> str | None:
+def _write(config: DecodeConfig, item: batch.Item, one: np.ndarray, fps: float) -> str | None:
     """Writes one video to its output, atomically; returns why it could not be, or None."""
     from cogvideox_torchax.io import outputs, video
 
@@ -270,7 +270,7 @@ def _write(config: DecodeConfig, item: batch.Item, one: np.ndarray) -> str | Non
         output.parent.mkdir(parents=False, exist_ok=True)
         with outputs.StagedOutputs([output], overwrite=config.overwrite) as staged:
             with outputs.disk_full_named(output, one.nbytes):
-                video.write_video_to(staged.temps[0], config.format, one, fps=config.fps, crf=config.crf,
+                video.write_video_to(staged.temps[0], config.format, one, fps=fps, crf=config.crf,
                                      encoder=config.encoder, preset=config.preset)
                 interrupts.commit(staged)
     except Exception as e:  # this video failed; the run goes on (KeyboardInterrupt still ends it)

@@ -3,12 +3,14 @@
 A thin command line over the library, the counterpart of
 ``python -m cogvideox_torchax.decode``. The video is an mp4 (or .mov, .mkv,
 .webm) or a folder of image frames; it is centre-cropped to a height and
-width divisible by 8 (or scaled and cropped to --size), and its frames are
-cut to the largest count 8k+1 (or --frames), the counts that decode back to
-the same length (see `cogvideox_torchax.io.frames`). The latents are written as
-the pipeline holds them, ``(1, T, C, H, W)`` multiplied by the model's
-scaling factor, under the key ``latents``, so the decode command reads them
-back with no flags. Bad input is one line on stderr, exit code 2, and no
+width divisible by the model's spatial factor (or scaled and cropped to
+--size), and its frames are cut to the largest count that decodes back to
+the same length (or --frames): CogVideoX 8k+1, Wan 4k+1 (see
+`cogvideox_torchax.io.frames`). The latents are written as the model's
+pipelines hold them (CogVideoX ``(1, T, C, H, W)`` times the scaling factor,
+Wan ``(1, C, T, H, W)`` normalised per channel), under the key ``latents``,
+the model and scaling in the file's metadata, so the decode command reads
+them back with no flags. Bad input is one line on stderr, exit code 2, and no
 output file; the exit codes are listed in ``--help``. Under jax.distributed
 (``--coordinator``/``--distributed``) every process runs the same command;
 process 0 reads the video and writes the latents.
@@ -34,20 +36,23 @@ def _parser() -> argparse.ArgumentParser:
     p = options.Parser.for_command("encode", __doc__)
     p.add_argument("video", help="video file (.mp4, .mov, .mkv, .webm) or a folder of frames (.png, .jpg, ...)")
     p.add_argument(
-        "--output", "-o", help="latents file to write (.safetensors; key 'latents', (1, T, C, H, W)); not with --dry-run"
+        "--output", "-o",
+        help="latents file to write (.safetensors; key 'latents', as the model's pipelines hold them); "
+        "not with --dry-run",
     )
     p.add_argument(
         "--size",
         default=None,
         metavar="HxW",
-        help="scale to cover and centre-crop to this height x width, each a positive multiple of 8 "
-        "(default: centre-crop to the multiples of 8 below the video's size)",
+        help="scale to cover and centre-crop to this height x width, each a positive multiple of the model's spatial "
+        "factor (8; 16 for Wan 2.2 TI2V-5B) (default: centre-crop to the multiples below the video's size)",
     )
     p.add_argument(
         "--frames",
         type=int,
         default=None,
-        help="encode the first N frames, at least 1 (default: the largest 8k+1 available, which decode back to 8k+1)",
+        help="encode the first N frames, at least 1; Wan reads 4k+1 only (default: the largest count available that "
+        "decodes back to itself: CogVideoX 8k+1, Wan 4k+1)",
     )
     p.add_argument(
         "--sample",
@@ -125,27 +130,51 @@ def run(config: EncodeConfig) -> dict[str, Any]:
 
 
 def _read(config: EncodeConfig, quiet: bool):
-    """The fitted video ``(1, 3, F, H, W)``, the input's ``(frames, height, width)`` and fps; read on process 0."""
+    """The video's frames ``(F, H, W, 3)`` (None but on process 0), its ``(frames, height, width)`` and fps.
+
+    Read before the model loads: a video that cannot be read is refused first.
+    """
     from cogvideox_torchax.io import frames
     from cogvideox_torchax.parallel import distributed
 
-    x, info = None, None
+    raw, info = None, None
     with agreement.together("reading the video"), Stage("read", 1, "video", quiet) as read:
         if agreement.is_primary():
             raw, fps = frames.read_frames(config.video)
-            _check_host_memory(raw.shape, config)
-            x = frames.to_video_tensor(frames.fit(raw, size=config.size, num_frames=config.frames))
             info = {"input_shape": [int(v) for v in raw.shape[:3]], "fps": fps}
         read.tick()
-    return distributed.share_array(x), distributed.share_json(info), read
+    return raw, distributed.share_json(info), read
 
 
-def _check_host_memory(shape: tuple[int, ...], config: EncodeConfig) -> None:
+def _fit(config: EncodeConfig, vae, raw):
+    """The video fitted to what ``vae``'s family round-trips, ``(1, 3, F, H, W)`` in [-1, 1], on every process."""
+    from cogvideox_torchax.io import frames
+    from cogvideox_torchax.parallel import distributed
+
+    family, model = vae.family, vae.config
+    geometry = {"spatial": family.spatial_scale(model), "frame_step": family.frame_step(model)}
+    if config.frames is not None and family.frames_read(model, config.frames) != config.frames:
+        read = family.frames_read(model, config.frames)
+        raise UsageError(
+            f"--frames {config.frames}: {family.title}'s encode reads the first frame, then "
+            f"{geometry['frame_step']} at a time, so only {read} of them; ask for {read} or "
+            f"{read + geometry['frame_step']} ({family.frame_rule(model)} frames decode back to as many)"
+        )
+    x = None
+    with agreement.together("fitting the video"):
+        if agreement.is_primary():
+            _check_host_memory(raw.shape, config, geometry)
+            x = frames.to_video_tensor(frames.fit(raw, size=config.size, num_frames=config.frames, **geometry))
+    return distributed.share_array(x)
+
+
+def _check_host_memory(shape: tuple[int, ...], config: EncodeConfig, geometry: dict[str, int]) -> None:
     """Refuses (exit 3) fitting a video the host has no memory for, before trying."""
     from cogvideox_torchax.io import frames
     from cogvideox_torchax.memory import budget
 
-    need, have = frames.fit_bytes(shape, size=config.size, num_frames=config.frames), budget.host_available()
+    need = frames.fit_bytes(shape, size=config.size, num_frames=config.frames, **geometry)
+    have = budget.host_available()
     if need > have:
         size = f"{config.size[0]}x{config.size[1]}" if config.size else f"{shape[1]}x{shape[2]}"
         raise errors.OutOfMemory(
@@ -156,23 +185,26 @@ def _check_host_memory(shape: tuple[int, ...], config: EncodeConfig) -> None:
 
 def _dry_run(config: EncodeConfig) -> dict[str, Any]:
     """Reads the video, loads the model and plans the encode's memory (compiling, not running); writes nothing."""
-    x, _, _ = _read(config, quiet=True)
+    raw, _, _ = _read(config, quiet=True)
     _, vae, load = stages.load_together(config.run)
+    x = _fit(config, vae, raw)
     vae.check_video(x.shape)
     return {**stages.plan_stage(vae, x.shape, "encode", config.run, load), "video_shape": list(x.shape)}
 
 
 def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
-    from cogvideox_torchax.io import latents, outputs
+    from cogvideox_torchax.io import family_latents, latents, outputs
     from cogvideox_torchax.memory import in_use
 
-    x, info, read = _read(config, config.run.quiet)
+    raw, info, read = _read(config, config.run.quiet)
 
     import jax
     import numpy as np
     import torch
 
     cache_dir, vae, load = stages.load_together(config.run)
+    x = _fit(config, vae, raw)
+    del raw
     vae.check_video(x.shape)
 
     num_frames = x.shape[2]
@@ -205,12 +237,10 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
     if config.run.memory_report:
         in_use.report("encode")
 
-    scaling = float(vae.config.scaling_factor)
-    out = latents.to_pipeline_latents(z.float().numpy(), scaling)
+    out, layout = family_latents.to_pipeline(vae, z.float().numpy())
     out_of_memory.check_finite(out, vae, "encode", float(np.abs(x).max()))
     metadata = {
-        "layout": "BTCHW",
-        "scaling_factor": repr(scaling),
+        **family_latents.metadata_for(vae, layout),
         "scaled": "true",
         "posterior": "sample" if config.sample else "mode",
         "frames": str(num_frames),
@@ -238,8 +268,9 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
         "video_shape": list(x.shape),
         "output": str(config.output),
         "latents_shape": list(out.shape),
-        "layout": "BTCHW",
-        "scaling_factor": scaling,
+        "layout": layout,
+        "normalization": vae.family.normalization,
+        **({"scaling_factor": float(vae.config.scaling_factor)} if "scaling_factor" in metadata else {}),
         "posterior": metadata["posterior"],
         **stages.run_fields(vae, load),
         "memory_plan": vae.planned(tuple(x.shape), kind="encode").as_dict(),
@@ -266,7 +297,9 @@ def _print_summary(s: dict[str, Any]) -> None:
     _, _, used, used_h, used_w = s["video_shape"]
     print(
         f"encoded {shown(s['input'])} ({frames} frames {height}x{width}; used {used} frames {used_h}x{used_w}) -> "
-        f"{s['latents_shape']} (BTCHW, x{s['scaling_factor']:g}, posterior {s['posterior']}; "
+        f"{s['latents_shape']} ({s['layout']}, "
+        f"{'x' + format(s['scaling_factor'], 'g') if 'scaling_factor' in s else s['normalization']}, "
+        f"posterior {s['posterior']}; "
         f"{s['dtype']}, mesh {s['mesh']}, {s['device']})"
     )
     print(

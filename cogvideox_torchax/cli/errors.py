@@ -87,13 +87,15 @@ def one_line(e: BaseException) -> str:
 
 def exit_code(e: BaseException) -> int:
     """The exit code (`EXIT_CODES`) an exception ends a command with."""
-    from cogvideox_torchax.memory.budget import MemoryBudgetError
-
     if isinstance(e, KeyboardInterrupt):
         return getattr(e, "code", EXIT_INTERRUPTED)  # interrupts.Terminated: 143 or 129
     if isinstance(e, PeerFailed):
         return e.code
-    if isinstance(e, (OutOfMemory, MemoryBudgetError)):
+    # Only a run that imported the planner can raise its error: importing it
+    # here would start JAX, and an interrupt during that import would end
+    # the command with a traceback instead of its exit code.
+    budget = sys.modules.get("cogvideox_torchax.memory.budget")
+    if isinstance(e, OutOfMemory) or (budget is not None and isinstance(e, budget.MemoryBudgetError)):
         return EXIT_OUT_OF_MEMORY
     return EXIT_BAD_INPUT if isinstance(e, (UsageError, ValueError)) else EXIT_ERROR
 

@@ -48,13 +48,15 @@ def find_inputs(config: DecodeConfig, out_dir: Path) -> list[Path]:
 
 
 def prepared(config: DecodeConfig, vae, source: str) -> np.ndarray:
-    from cogvideox_torchax.io import latents, video
+    from cogvideox_torchax.io import family_latents, latents, video
 
     z = latents.read_latents(source, config.key)
     latents.check_shape(z.shape)
-    z, _ = latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
+    for warning in family_latents.check_origin(vae, latents.read_metadata(source), repr(source)):
+        errors.warn_once(warning, config.run.quiet)
+    z, _ = family_latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
     if config.format == "mp4":
-        video.check_mp4_size(*latents.frame_size(vae.config, z.shape))
+        video.check_mp4_size(*family_latents.frame_size(vae, z.shape))
     return z
 
 

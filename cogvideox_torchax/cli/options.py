@@ -203,11 +203,12 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default="THUDM/CogVideoX-2b",
-        help=f"local diffusers folder, hub id, or {RANDOM_PREFIX}cogvideox-2b / {RANDOM_PREFIX}cogvideox-5b / "
-        f"{RANDOM_PREFIX}cogvideox-1.5 / {RANDOM_PREFIX}tiny (seeded random weights, no download); "
-        "default THUDM/CogVideoX-2b",
+        help=f"local diffusers folder (or a pipeline folder with vae/), hub id, or {RANDOM_PREFIX}PRESET with seeded "
+        f"random weights, no download: CogVideoX {RANDOM_PREFIX}cogvideox-2b / -5b / -1.5 / {RANDOM_PREFIX}tiny, Wan "
+        f"{RANDOM_PREFIX}wan2.1 / {RANDOM_PREFIX}wan2.2-ti2v-5b / {RANDOM_PREFIX}wan-tiny; default THUDM/CogVideoX-2b",
     )
-    p.add_argument("--subfolder", default=None, help="VAE folder inside --model (default 'vae' for hub ids)")
+    p.add_argument("--subfolder", default=None,
+                   help="VAE folder inside --model (default 'vae' for hub ids and pipeline folders)")
     p.add_argument(
         "--dtype",
         default="float32",
@@ -302,7 +303,10 @@ def load_model(model: ModelOptions):
         vae = ct.wrap(module, dtype=model.dtype, mesh=mesh, max_memory=model.max_memory)
     else:
         subfolder = model.subfolder
-        if subfolder is None and not Path(model.model).exists():
+        path = Path(model.model)
+        # A hub id, or a whole pipeline's folder (model_index.json, vae/...): its VAE.
+        if subfolder is None and (not path.exists() or (not (path / "config.json").exists()
+                                                         and (path / "vae" / "config.json").is_file())):
             subfolder = "vae"
         vae = ct.from_pretrained(model.model, subfolder=subfolder, dtype=model.dtype, mesh=mesh,
                                  max_memory=model.max_memory)

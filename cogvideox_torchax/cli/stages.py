@@ -41,6 +41,7 @@ def run_fields(vae, load: Stage) -> dict[str, Any]:
     import jax
 
     return {
+        "model": vae.family.class_name,
         "dtype": vae.options.dtype,
         "mesh": dict(vae.mesh.shape),
         "processes": jax.process_count(),

@@ -36,6 +36,8 @@ class Family(abc.ABC):
         fps: the commands' default mp4 frame rate (its models' own).
         pipeline_layout: how its pipelines hold latents, ``"BCTHW"`` or ``"BTCHW"``.
         normalization: how its pipelines scale latents, in words (for messages).
+        metadata_keys: the keys of `normalization_metadata`, which mark a
+            latents file as this family's.
         stream_needs: the switch without which the first batch's caches
             differ in shape from the later ones' (no stream, no scan).
     """
@@ -49,6 +51,7 @@ class Family(abc.ABC):
     fps: float
     pipeline_layout: str
     normalization: str
+    metadata_keys: tuple[str, ...]
     stream_needs: str
 
     @property
@@ -91,15 +94,29 @@ class Family(abc.ABC):
         """How many video frames ``latent_frames`` latent frames decode to."""
 
     @abc.abstractmethod
-    def encoded_frames(self, config: Any, frames: int) -> int:
-        """How many frames of a ``frames``-frame video the encode reads: the rest upstream drops or never decodes back.
+    def frame_step(self, config: Any) -> int:
+        """Video frames per latent frame after the first: the counts ``step k + 1`` round-trip."""
 
-        The result decodes back to as many frames.
-        """
+    def round_trip_frames(self, config: Any, available: int) -> int:
+        """The most frames, at most ``available``, that encode to latents decoding back to as many frames."""
+        step = self.frame_step(config)
+        return (available - 1) // step * step + 1
+
+    @abc.abstractmethod
+    def frames_read(self, config: Any, frames: int) -> int:
+        """How many frames of a ``frames``-frame video upstream's encode reads (it may drop the last ones)."""
 
     @abc.abstractmethod
     def frame_rule(self, config: Any) -> str:
         """The frame counts that round-trip, in words (``"8k+1"``)."""
+
+    def pipeline_word(self) -> str:
+        """What undoing the pipeline's scaling is called in summaries (``"unscaled"``, ``"denormalized"``)."""
+        return "unscaled"
+
+    @abc.abstractmethod
+    def unscaled_phrase(self, config: Any) -> str:
+        """How messages say the pipeline's scaling was undone (``"after dividing by the scaling factor 0.7"``)."""
 
     @abc.abstractmethod
     def stream_batches(self, module: Any, latent_frames: int) -> list[tuple[int, int]]:
@@ -144,10 +161,6 @@ class Family(abc.ABC):
     @abc.abstractmethod
     def normalization_metadata(self, config: Any) -> dict[str, str]:
         """What the encode command records of the normalisation in the latents file's metadata."""
-
-    def largest_latent_value(self, config: Any) -> float:
-        """How much the pipeline normalisation can grow a latent's magnitude (for fp16 range checks)."""
-        return 1.0
 
     # -- sharding -----------------------------------------------------------
 

@@ -1,20 +1,23 @@
 """Reading videos to encode, and fitting them to what the VAE round-trips.
 
 A video is an mp4 (any container PyAV reads: .mp4, .mov, .mkv, .webm) or a
-folder of image frames taken in name order. Upstream's VAE encodes any size
-and frame count, but only some come back unchanged through ``decode``:
+folder of image frames taken in name order. Upstream's VAEs encode any size
+and frame count, but only some come back unchanged through ``decode``; the
+model family says which (`cogvideox_torchax.families.Family`), and `fit`
+takes its spatial factor and frame rule:
 
-* Height and width divisible by 8 (the VAE's spatial factor, ``2 **
-  (len(block_out_channels) - 1)``): by default the frames are centre-cropped
-  to the nearest such size below (at most 7 pixels lost per side pair); a
-  requested ``--size HxW`` (each divisible by 8) is reached by scaling to
-  cover it (Lanczos, as diffusers' video processor resizes) and centre-cropping.
-* A frame count ``8 k + 1`` (1, 9, 17, ..., 49): upstream encodes frames in
-  batches of 8 with the odd first frame on its own in time, so ``8 k + 1``
-  frames make ``2 k + 1`` latent frames, which decode back to ``8 k + 1``
-  (49 -> 13 -> 49). By default the trailing frames beyond the largest such
-  count are dropped; any other count can be asked for and is encoded as
-  upstream encodes it (e.g. 5 frames -> 2 latent frames -> 8 decoded).
+* Height and width divisible by the spatial factor (8; 16 for Wan 2.2
+  TI2V-5B's 2x2 patches): by default the frames are centre-cropped to the
+  nearest such size below; a requested ``--size HxW`` is reached by scaling
+  to cover it (Lanczos, as diffusers' video processor resizes) and
+  centre-cropping.
+* CogVideoX: a frame count ``8 k + 1`` (1, 9, ..., 49), encoded in batches
+  of 8 after the first frame, ``2 k + 1`` latent frames that decode back to
+  ``8 k + 1`` (49 -> 13 -> 49); any other count is encoded as upstream
+  encodes it (5 frames -> 2 latent frames -> 8 decoded). Wan: ``4 k + 1``
+  (1, 5, ..., 81), the first frame then chunks of 4, ``k + 1`` latent
+  frames; upstream's encode reads no frame past the last whole chunk.
+  By default the trailing frames beyond the largest such count are dropped.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from cogvideox_torchax.io import paths
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
-# CogVideoX's VAE: 8x spatial compression, 4x temporal in batches of 8 frames.
+# CogVideoX's VAE (the defaults): 8x spatial compression, 4x temporal in batches of 8 frames.
 SPATIAL_FACTOR = 8
 FRAME_STEP = 8
 
@@ -173,49 +176,54 @@ def parse_size(text: str) -> tuple[int, int]:
     return height, width
 
 
-def default_frame_count(available: int) -> int:
-    """The largest ``8 k + 1`` not above ``available`` (the counts that decode back unchanged)."""
+def default_frame_count(available: int, step: int = FRAME_STEP) -> int:
+    """The largest ``step k + 1`` not above ``available`` (CogVideoX's ``8 k + 1``: the counts that decode back)."""
     if available < 1:
         raise FramesError("the video has no frames")
-    return (available - 1) // FRAME_STEP * FRAME_STEP + 1
+    return (available - 1) // step * step + 1
 
 
-def fit(frames: np.ndarray, *, size: tuple[int, int] | None = None, num_frames: int | None = None) -> np.ndarray:
+def fit(frames: np.ndarray, *, size: tuple[int, int] | None = None, num_frames: int | None = None,
+        spatial: int = SPATIAL_FACTOR, frame_step: int = FRAME_STEP) -> np.ndarray:
     """Keeps the first ``num_frames`` frames and brings them to ``size``.
 
     Args:
         frames: ``(F, H, W, 3)`` uint8.
-        size: ``(height, width)``, multiples of 8, reached by scaling to cover
-            and centre-cropping; None centre-crops to the multiples of 8 below
-            the frames' own size.
+        size: ``(height, width)``, multiples of ``spatial``, reached by
+            scaling to cover and centre-cropping; None centre-crops to the
+            multiples of ``spatial`` below the frames' own size.
         num_frames: how many leading frames to keep; None for
-            `default_frame_count`.
+            `default_frame_count` with ``frame_step``.
+        spatial: the model's spatial factor (8; 16 for Wan 2.2 TI2V-5B).
+        frame_step: the model's frame step (CogVideoX 8, Wan 4).
 
     Returns:
         ``(num_frames, height, width, 3)`` uint8.
 
     Raises:
         FramesError: more frames asked for than there are, frames smaller
-            than 8x8 with no ``size``, or a bad ``size``.
+            than the spatial factor with no ``size``, or a bad ``size``.
     """
     available, height, width = frames.shape[:3]
-    count = default_frame_count(available) if num_frames is None else num_frames
+    count = default_frame_count(available, frame_step) if num_frames is None else num_frames
     if not 1 <= count <= available:
         raise FramesError(f"cannot take {count} frames from a video of {available}")
     frames = frames[:count]
     if size is None:
-        target = (height // SPATIAL_FACTOR * SPATIAL_FACTOR, width // SPATIAL_FACTOR * SPATIAL_FACTOR)
-        if min(target) < SPATIAL_FACTOR:
-            raise FramesError(f"frames are {height}x{width} (HxW); the VAE needs at least 8x8")
+        target = (height // spatial * spatial, width // spatial * spatial)
+        if min(target) < spatial:
+            raise FramesError(f"frames are {height}x{width} (HxW); the VAE needs at least {spatial}x{spatial}")
     else:
         target = size
-        if min(target) < SPATIAL_FACTOR or target[0] % SPATIAL_FACTOR or target[1] % SPATIAL_FACTOR:
-            raise FramesError(f"size {target[0]}x{target[1]}: height and width must be positive multiples of 8")
+        if min(target) < spatial or target[0] % spatial or target[1] % spatial:
+            raise FramesError(f"size {target[0]}x{target[1]}: height and width must be positive multiples of "
+                              f"{spatial} for this model")
         frames = _resize_to_cover(frames, target)
     return _center_crop(frames, target)
 
 
-def fit_bytes(shape: tuple[int, ...], *, size: tuple[int, int] | None = None, num_frames: int | None = None) -> int:
+def fit_bytes(shape: tuple[int, ...], *, size: tuple[int, int] | None = None, num_frames: int | None = None,
+              spatial: int = SPATIAL_FACTOR, frame_step: int = FRAME_STEP) -> int:
     """The most host memory `fit` and `to_video_tensor` take for frames of ``shape`` ``(F, H, W, 3)``.
 
     The scaled frames (uint8), their crop, and the float32 video with its
@@ -224,8 +232,8 @@ def fit_bytes(shape: tuple[int, ...], *, size: tuple[int, int] | None = None, nu
     end in a MemoryError).
     """
     available, height, width = shape[:3]
-    count = min(available, default_frame_count(available) if num_frames is None else num_frames)
-    target = size or (height // SPATIAL_FACTOR * SPATIAL_FACTOR, width // SPATIAL_FACTOR * SPATIAL_FACTOR)
+    count = min(available, default_frame_count(available, frame_step) if num_frames is None else num_frames)
+    target = size or (height // spatial * spatial, width // spatial * spatial)
     scaled = _cover_size((height, width), target) if size is not None else (height, width)
     per_frame = scaled[0] * scaled[1] * 3 + target[0] * target[1] * 3 * (1 + 3 * 4)
     return int(count) * int(per_frame)

@@ -1,10 +1,11 @@
-"""Reading latents from safetensors files and bringing them to `decode`'s form.
+"""Reading and writing latents in safetensors files; their two layouts and CogVideoX's scaling.
 
 People hold latents in two layouts: ``(B, C, T, H, W)`` as ``vae.decode``
-takes them, and ``(B, T, C, H, W)`` as ``CogVideoXPipeline(...,
-output_type="latent")`` returns them. Pipeline latents are also still
-multiplied by ``config.scaling_factor``; the pipeline divides before it
-decodes, and so does `prepare` unless told the latents are already unscaled.
+takes them (and Wan's pipelines hold them), and ``(B, T, C, H, W)`` as
+``CogVideoXPipeline(..., output_type="latent")`` returns them.
+`prepare` undoes CogVideoX's scaling; what each model family's pipelines
+hold, and the checks of a file's origin, are
+`cogvideox_torchax.io.family_latents`'.
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ def read_latents(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
+
+def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The string pairs a safetensors file's header holds (``__metadata__``), its header checked (`check_header`)."""
+    return check_header(path)
+
 # The safetensors format's dtypes and their sizes in bits (the crate's `Dtype`).
 SAFETENSORS_BITS = {
     "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16, "F16": 16,
@@ -93,8 +99,10 @@ SAFETENSORS_BITS = {
 HEADER_LIMIT = 100_000_000  # the crate's largest header
 
 
-def check_header(path: str | os.PathLike) -> None:
+def check_header(path: str | os.PathLike) -> dict[str, str]:
     """Refuses a safetensors file whose header is not well formed by the format's rules, reading only the header.
+
+    Returns the header's ``__metadata__`` (string pairs; empty if none).
 
     The rules (as the safetensors crate states them): 8 bytes, the header's
     length N (little-endian u64, at most 100 MB, within the file); N bytes of
@@ -175,20 +183,24 @@ def check_header(path: str | os.PathLike) -> None:
         raise bad(f"the tensors need {end} bytes of data but the file holds {data}")
     if end < data:
         raise bad(f"{data - end} bytes after the last tensor's data (the format allows none)")
+    return metadata
 
 
-def check_range(z: np.ndarray, dtype: str, *, unscaled_by: float | None = None) -> None:
+def check_range(z: np.ndarray, dtype: str, *, unscaled_by: float | None = None, after: str | None = None) -> None:
     """Raises `LatentsError` unless every value of ``z`` is finite and representable in ``dtype``.
 
     Args:
         z: the latents the decode will be given (after unscaling).
         dtype: the compute dtype, ``"float32"``, ``"bfloat16"`` or ``"float16"`` (largest 65504).
         unscaled_by: the scaling factor they were divided by, for the message.
+        after: what was done to them otherwise, for the message (``"after ..."``).
     """
     import jax.numpy as jnp
 
     limit = float(jnp.finfo(jnp.dtype(dtype)).max)
-    after = f" after dividing by the scaling factor {unscaled_by:g}" if unscaled_by is not None else ""
+    after = f" {after}" if after else ""
+    if unscaled_by is not None:
+        after = f" after dividing by the scaling factor {unscaled_by:g}"
     if not np.isfinite(z).all():
         raise LatentsError(f"latents overflow to Inf{after}; they are out of range for {dtype}")
     largest = float(np.abs(z).max()) if z.size else 0.0
@@ -270,41 +282,6 @@ def prepare(
         # As the pipeline writes it: latents * (1 / scaling_factor).
         z = z * np.float32(1.0 / scaling_factor)
     return z, found
-
-
-def prepare_for(vae: Any, z: np.ndarray, *, layout: str = "auto", unscale: bool = True) -> tuple[np.ndarray, str]:
-    """`prepare` with ``vae``'s config, then the checks ``vae.decode`` would make: shape, range for its dtype.
-
-    Returns:
-        The latents ready for ``vae``'s decode, and the layout they came in.
-
-    Raises:
-        ValueError: a shape the VAE cannot decode; `LatentsError`: values out of range.
-    """
-    model = vae.config
-    z, found = prepare(z, model.latent_channels, model.scaling_factor, layout=layout, unscale=unscale)
-    vae.check_latents(z.shape)
-    check_range(z, vae.options.dtype, unscaled_by=float(model.scaling_factor) if unscale else None)
-    return z, found
-
-
-def frame_size(config: Any, shape: tuple[int, ...]) -> tuple[int, int]:
-    """The decoded frames' ``(height, width)`` for latents of ``shape`` (last two dims H, W) and a VAE config."""
-    scale = 2 ** (len(config.block_out_channels) - 1)
-    return scale * shape[-2], scale * shape[-1]
-
-
-def to_pipeline_latents(z: np.ndarray, scaling_factor: float) -> np.ndarray:
-    """Encoder latents ``(B, C, T, H, W)`` -> what the pipeline holds: ``(B, T, C, H, W)`` times ``scaling_factor``.
-
-    The inverse of `prepare` with its defaults, so the decode command reads
-    the result back with no flags; the image-to-video pipeline scales and
-    permutes its image latents the same way.
-    """
-    if z.ndim != 5:
-        raise LatentsError(f"latents must be (B, C, T, H, W), got shape {tuple(z.shape)}")
-    z = np.transpose(np.asarray(z, dtype=np.float32), (0, 2, 1, 3, 4))
-    return np.ascontiguousarray(z * np.float32(scaling_factor))
 
 
 def write_latents(

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from diffusers.models.activations import ACT2CLS  # noqa: F401  (the activations a config may name; part of the API)
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 

@@ -73,7 +73,9 @@ def test_frame_rules():
     cog, wan = families.get("cogvideox"), families.get("wan")
     config = ct.random_upstream("wan-tiny").config
     assert [wan.frames_of(config, t) for t in (1, 2, 13, 21)] == [1, 5, 49, 81]
-    assert [wan.encoded_frames(config, f) for f in (1, 4, 5, 49, 50, 81)] == [1, 1, 5, 49, 49, 81]
+    assert [wan.frames_read(config, f) for f in (1, 4, 5, 49, 50, 81)] == [1, 1, 5, 49, 49, 81]
+    assert [cog.frames_read(None, f) for f in (1, 4, 50)] == [1, 4, 50]  # CogVideoX reads every frame
+    assert [cog.round_trip_frames(None, f) for f in (1, 8, 9, 50)] == [1, 1, 9, 49]
     assert [cog.frames_of(None, t) for t in (1, 2, 13)] == [1, 8, 49]
     assert wan.stream_batches(None, 3) == [(0, 1), (1, 2), (2, 3)]
 

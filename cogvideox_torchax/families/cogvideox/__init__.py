@@ -30,6 +30,7 @@ class CogVideoX(Family):
     fps = 8.0
     pipeline_layout = "BTCHW"
     stream_needs = "trim_conv_cache"
+    metadata_keys = ("scaling_factor",)
     normalization = "multiplied by config.scaling_factor"
 
     def check_config(self, config: Mapping[str, Any], source: str = "config") -> None:
@@ -51,9 +52,12 @@ class CogVideoX(Family):
             return 1
         return 4 * latent_frames if latent_frames % 2 == 0 else 4 * latent_frames - 3
 
-    def encoded_frames(self, config: Any, frames: int) -> int:
-        # Batches of 8 frames after a first of 9: the largest 8k + 1.
-        return (frames - 1) // 8 * 8 + 1
+    def frame_step(self, config: Any) -> int:
+        # Batches of 8 frames after a first of 9: 8k + 1 frames round-trip.
+        return 8
+
+    def frames_read(self, config: Any, frames: int) -> int:
+        return frames  # the remainder joins the first batch
 
     def frame_rule(self, config: Any) -> str:
         return "8k+1"
@@ -96,11 +100,11 @@ class CogVideoX(Family):
     def to_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
         return z * np.float32(config["scaling_factor"])
 
+    def unscaled_phrase(self, config: Any) -> str:
+        return f"after dividing by the scaling factor {float(config['scaling_factor']):g}"
+
     def normalization_metadata(self, config: Any) -> dict[str, str]:
         return {"scaling_factor": repr(float(config["scaling_factor"]))}
-
-    def largest_latent_value(self, config: Any) -> float:
-        return 1.0 / float(config["scaling_factor"])
 
     def sharded_outputs(self) -> tuple[type, ...]:
         import torch

@@ -38,6 +38,7 @@ class Wan(Family):
     fps = 16.0
     pipeline_layout = "BCTHW"
     stream_needs = "wan_frame_scan"
+    metadata_keys = ("latents_mean", "latents_std")
     normalization = "normalised per channel by config.latents_mean and config.latents_std"
 
     def check_config(self, config: Mapping[str, Any], source: str = "config") -> None:
@@ -55,10 +56,15 @@ class Wan(Family):
     def frames_of(self, config: Any, latent_frames: int) -> int:
         return 1 + config_check.temporal_scale(config) * (latent_frames - 1)
 
-    def encoded_frames(self, config: Any, frames: int) -> int:
-        # The first frame, then whole steps of 4: upstream's encode drops the rest.
-        step = config_check.TEMPORAL_SCALE
-        return 1 + (frames - 1) // step * step
+    def frame_step(self, config: Any) -> int:
+        return config_check.TEMPORAL_SCALE
+
+    def frames_read(self, config: Any, frames: int) -> int:
+        # The first frame, then whole chunks of 4: upstream's encode drops the rest.
+        return self.round_trip_frames(config, frames)
+
+    def pipeline_word(self) -> str:
+        return "denormalized"
 
     def frame_rule(self, config: Any) -> str:
         return "4k+1"
@@ -114,12 +120,12 @@ class Wan(Family):
         std = _per_channel(config["latents_std"], z)
         return (z - _per_channel(config["latents_mean"], z)) * (np.float32(1.0) / std)
 
+    def unscaled_phrase(self, config: Any) -> str:
+        return "after denormalizing by config.latents_mean and config.latents_std"
+
     def normalization_metadata(self, config: Any) -> dict[str, str]:
         return {"latents_mean": repr([float(v) for v in config["latents_mean"]]),
                 "latents_std": repr([float(v) for v in config["latents_std"]])}
-
-    def largest_latent_value(self, config: Any) -> float:
-        return float(max(config["latents_std"])) + float(max(abs(v) for v in config["latents_mean"]))
 
     def sharded_outputs(self) -> tuple[type, ...]:
         from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, WanResample, WanRMS_norm
