@@ -16,7 +16,7 @@ import tempfile
 import time
 from typing import Any
 
-from bench.inputs import latents, load_upstream, shapes
+from bench.inputs import latent_channels, latents, load_upstream, shapes
 from bench.runners import BENCHES
 
 
@@ -30,7 +30,7 @@ def child(args: argparse.Namespace, t_process: float) -> int:
     if args.child != "torch":
         compile_cache.enable_compile_cache(os.environ["COGVIDEOX_TORCHAX_CACHE_DIR"])
     upstream = load_upstream(args.model, args.seed)
-    shape = shapes(args, upstream.config.latent_channels)[0]
+    shape = shapes(args, latent_channels(upstream))[0]
     args.repeats, args.profile, args.compile_only = 0, False, False
     with compile_cache.count_cache_events() as events:
         row = BENCHES[args.child](upstream, latents(shape, args.seed), args)

@@ -1,14 +1,19 @@
 """``python -m bench.compile_time``: compile time against video length, scanned and unrolled.
 
-Upstream decodes latent frames in batches of 2 in a Python loop; traced into
-one jit, the loop unrolls and the program grows with every batch. With
-`cogvideox_torchax.patches.frame_scan` the batches after the first are one scan
-step each, so the program (and its compile time) should not grow::
+Upstream decodes latent frames in a Python loop (CogVideoX: batches of 2;
+Wan: one frame at a time); traced into one jit, the loop unrolls and the
+program grows with every batch. With the family's frame scan
+(`cogvideox_torchax.patches.frame_scan`, Wan's ``wan_frame_scan``) the
+batches after the first are one scan step each, so the program (and its
+compile time) should not grow::
 
     python -m bench.compile_time --model random:cogvideox-2b --frames 3,5,9,13,21,41 --hw 8,8
+    python -m bench.compile_time --model random:wan2.1 --frames 9,41 --hw 8,8 --modes scanned
 
-``--encode`` does the same for the encode (upstream's batches of 8 video
-frames), with video frame counts and sizes::
+The unrolled mode turns the family's own ``loops`` switches off
+(`bench.inputs.loop_switches`): upstream's loops, traced. ``--encode`` does
+the same for the encode (upstream's batches of 8 video frames; Wan's first
+frame, then 4 at a time), with video frame counts and sizes::
 
     python -m bench.compile_time --encode --frames 9,49 --hw 480,720 --modes scanned
 
@@ -28,7 +33,7 @@ import time
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.compile_time", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="random:cogvideox-2b", help="random:PRESET")
+    p.add_argument("--model", default="random:cogvideox-2b", help="random:PRESET or a local diffusers VAE folder")
     p.add_argument("--frames", default="3,5,9,13,21,41", help="latent frame counts")
     p.add_argument("--hw", default="8,8", help="latent height,width")
     p.add_argument("--dtype", default="float32")
@@ -48,28 +53,55 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def tile_count(upstream, shape: tuple[int, ...]) -> tuple[int, set[tuple[int, int]]]:
+    """How many tiles, of which latent sizes, upstream's tiled decode of ``shape`` makes (default tiles).
+
+    Counted on a meta-device twin (shapes only): the decoder's calls over
+    the family's frame batches per tile, and the sizes its inputs have.
+    """
+    import torch
+
+    from bench.flops import meta_twin
+    from bench.inputs import family
+
+    twin = meta_twin(upstream)
+    twin.enable_tiling()
+    sizes: list[tuple[int, int]] = []
+    hook = twin.decoder.register_forward_pre_hook(lambda m, a: sizes.append(tuple(a[0].shape[-2:])))
+    try:
+        with torch.no_grad():
+            twin.decode(torch.empty(shape, device="meta"))
+    finally:
+        hook.remove()
+    batches = len(family(upstream).stream_batches(twin, shape[2]))
+    return len(sizes) // batches, set(sizes)
+
+
 def tiled(args) -> int:
     """Tiles, tile shapes and program size of one tiled decode, batched vs upstream's per-tile loop."""
     import jax
 
     import cogvideox_torchax as ct
+    from bench.inputs import family, latent_channels, load_upstream, loop_switches
 
-    upstream = ct.random_upstream(args.model.removeprefix("random:"))
+    upstream = load_upstream(args.model, seed=0)
+    # The family's own tile batching: its loops-stage switch that batches tiles.
+    switches = [s for s in loop_switches(family(upstream).name) if "tile" in s]
+    if not switches:
+        raise SystemExit(f"error: --tiled-hw: no tile-batching switch patches {family(upstream).title}")
     h, w = (int(v) for v in args.tiled_hw.split(","))
     t = int(args.frames.split(",")[0])
-    shape = (1, upstream.config.latent_channels, t, h, w)
+    shape = (1, latent_channels(upstream), t, h, w)
+    tiles, shapes = tile_count(upstream, shape)
     print(f"# python -m bench.compile_time {' '.join(sys.argv[1:])}")
     print(f"# {args.model}, latents {shape}, {args.dtype}, {jax.devices()[0].device_kind}, default tiles")
-    print("| tile batching | tiles | tile shapes | compiled programs | program lines | trace+lower s | compile s |")
+    print(f"| tile batching ({switches[0]}) | tiles | tile shapes | compiled programs | program lines | trace+lower s "
+          "| compile s |")
     print("|---|---|---|---|---|---|---|")
     for batching in (True, False):
-        vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(dtype=args.dtype, tile_batching=batching))
+        options = ct.RuntimeOptions(dtype=args.dtype, **{switches[0]: batching})
+        vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=options)
         vae.enable_tiling()
-        m = vae.module
-        step_h = int(m.tile_latent_min_height * (1 - m.tile_overlap_factor_height))
-        step_w = int(m.tile_latent_min_width * (1 - m.tile_overlap_factor_width))
-        starts = [(i, j) for i in range(0, h, step_h) for j in range(0, w, step_w)]
-        shapes = {(min(m.tile_latent_min_height, h - i), min(m.tile_latent_min_width, w - j)) for i, j in starts}
         t0 = time.perf_counter()
         lowered = vae.lower_decode(shape)
         t1 = time.perf_counter()
@@ -79,7 +111,7 @@ def tiled(args) -> int:
         # The whole tiled decode is one jitted program either way; what
         # differs is how many decoders it holds (one per tile shape vs tile).
         print(
-            f"| {'on' if batching else 'off'} | {len(starts)} | {len(shapes)} | 1 | {lines} "
+            f"| {'on' if batching else 'off'} | {tiles} | {len(shapes)} | 1 | {lines} "
             f"| {t1 - t0:.1f} | {t2 - t1:.1f} |"
         )
     return 0
@@ -92,19 +124,26 @@ def main(argv: list[str] | None = None) -> int:
     import cogvideox_torchax as ct
 
     jax.config.update("jax_enable_compilation_cache", False)
+    from bench.inputs import family, latent_channels, load_upstream, unrolled_options, video_channels
+
     if args.tiled_hw:
         return tiled(args)
-    upstream = ct.random_upstream(args.model.removeprefix("random:"))
-    channels = upstream.config.latent_channels
+    upstream = load_upstream(args.model, seed=0)
+    channels = latent_channels(upstream)
     h, w = (int(v) for v in args.hw.split(","))
     frames = [int(v) for v in args.frames.split(",")]
     modes = [m.strip() for m in args.modes.split(",")]
     rows = []
     for mode in modes:
-        options = ct.RuntimeOptions(dtype=args.dtype, frame_scan=(mode == "scanned"))
+        if mode not in ("scanned", "unrolled"):
+            raise SystemExit(f"error: --modes takes scanned and/or unrolled, got {mode!r}")
+        if mode == "scanned":
+            options = ct.RuntimeOptions(dtype=args.dtype)
+        else:
+            options = unrolled_options(args.dtype, family(upstream).name)
         vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=options)
         for t in frames:
-            shape = (1, upstream.config.in_channels if args.encode else channels, t, h, w)
+            shape = (1, video_channels(upstream) if args.encode else channels, t, h, w)
             t0 = time.perf_counter()
             lowered = vae.lower_encode(shape) if args.encode else vae.lower_decode(shape)
             t1 = time.perf_counter()
@@ -127,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     device = f"{jax.devices()[0].device_kind} ({jax.default_backend()})"
     what, key = ("video", "video_frames") if args.encode else ("latents", "latent_frames")
-    first_channels = upstream.config.in_channels if args.encode else channels
+    first_channels = video_channels(upstream) if args.encode else channels
     print(f"# python -m bench.compile_time {' '.join(sys.argv[1:])}")
     print(f"# {args.model}, {what} (1,{first_channels},T,{h},{w}), {args.dtype}, {device}, jax {jax.__version__}")
     print(f"| mode | {key.replace('_', ' ')} | trace+lower s | compile s | total s | program lines | temp MiB |")

@@ -56,7 +56,16 @@ from typing import Any
 
 from bench import isolate
 from bench.coldwarm import child, child_argv, cold_warm
-from bench.inputs import SWEEP_DEFAULTS, SYSTEMS, latents, load_upstream, shapes
+from bench.inputs import (
+    SWEEP_DEFAULTS,
+    SYSTEMS,
+    family,
+    flax_skipped,
+    latent_channels,
+    latents,
+    load_upstream,
+    shapes,
+)
 from bench.report import derive, plot, print_table
 from bench.runners import BENCHES
 
@@ -149,12 +158,24 @@ def _json_config(config) -> dict[str, Any]:
 
 
 def _systems(args: argparse.Namespace) -> list[str]:
-    """The systems to measure, in order (eager torch compiles nothing: not with ``--compile-only``)."""
+    """The systems to measure, in order (eager torch compiles nothing: not with ``--compile-only``; the Flax port
+    is CogVideoX's: not for another family's model, `not_run` says why)."""
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         raise SystemExit(f"error: unknown systems {unknown}; choose from {', '.join(SYSTEMS)}")
+    skipped = not_run(args)
+    systems = [s for s in systems if s not in skipped]
+    if not systems:
+        raise SystemExit(f"error: no system to run: {'; '.join(f'{k} {v}' for k, v in skipped.items())}")
     return [s for s in systems if s != "torch"] if args.compile_only else systems
+
+
+def not_run(args: argparse.Namespace) -> dict[str, str]:
+    """The systems asked for that do not run for this model, with why (the Flax port for a family not its own)."""
+    asked = {s.strip() for s in args.systems.split(",")}
+    why = flax_skipped(args.model) if "flax" in asked else None
+    return {"flax": why} if why else {}
 
 
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, Any]:
@@ -170,7 +191,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
     systems = _systems(args)
     dtype = canonical_dtype(args.dtype)
     upstream = load_upstream(args.model, args.seed)
-    all_shapes = shapes(args, upstream.config.latent_channels)
+    all_shapes = shapes(args, latent_channels(upstream))
     mesh = ct.make_mesh(args.mesh)
     argv = sys.argv[1:] if argv is None else argv
     report: dict[str, Any] = {
@@ -179,6 +200,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         "device": f"{jax.devices()[0].device_kind} x{len(jax.devices())} ({jax.default_backend()})",
         "versions": {"jax": jax.__version__, "torch": torch.__version__, **_other_versions()},
         "config": {"model": args.model, **_json_config(upstream.config)},
+        "family": family(upstream).name,
+        "not_run": not_run(args),
         "shape": list(all_shapes[0]),
         "shapes": [list(s) for s in all_shapes],
         "sweep": args.sweep,

@@ -21,10 +21,38 @@ from typing import Any
 import torch
 
 
-def valid_taps(n: int, k: int, p: int, s: int, d: int) -> int:
-    """Kernel taps that land inside an input of length ``n``, summed over all outputs of one dim."""
-    out = (n + 2 * p - d * (k - 1) - 1) // s + 1
-    return sum(1 for o in range(out) for t in range(k) if 0 <= o * s - p + t * d < n)
+def valid_taps(n: int, k: int, p: int | tuple[int, int], s: int, d: int) -> int:
+    """Kernel taps that land inside an input of length ``n``, summed over all outputs of one dim.
+
+    ``p``: zero padding on both sides, or ``(before, after)``.
+    """
+    before, after = (p, p) if isinstance(p, int) else p
+    out = (n + before + after - d * (k - 1) - 1) // s + 1
+    return sum(1 for o in range(out) for t in range(k) if 0 <= o * s - before + t * d < n)
+
+
+def _dims(conv: torch.nn.Module, args: tuple, kwargs: dict) -> list[tuple[int, tuple[int, int]]]:
+    """Per spatial dim of a convolution's call: the length of real data and its zero padding ``(before, after)``.
+
+    A convolution that pads its input itself before convolving keeps that
+    padding in ``_padding``, in ``F.pad``'s order (last dim first), and
+    joins a cache of earlier frames (its second argument) before its input
+    where it pads time (Wan's ``WanCausalConv3d``): the cache frames are
+    real data, the zero frames that make up the rest are not.
+    """
+    x = args[0]
+    own = getattr(conv, "_padding", None)
+    if own is None:
+        return [(n, (p, p)) for n, p in zip(x.shape[2:], conv.padding, strict=True)]
+    pads = [(own[2 * i], own[2 * i + 1]) for i in range(len(own) // 2)][::-1]  # first spatial dim first
+    cache = args[1] if len(args) > 1 else kwargs.get("cache_x")
+    dims = [(n, pad) for n, pad in zip(x.shape[2:], pads, strict=True)]
+    if cache is not None and pads[0][0] > 0:
+        n, (before, after) = dims[0]
+        joined = n + cache.shape[2]
+        # F.pad with a negative count drops frames from the front.
+        dims[0] = (joined + min(0, before - cache.shape[2]), (max(0, before - cache.shape[2]), after))
+    return dims
 
 
 def count_conv_flops(module: torch.nn.Module, z: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -40,15 +68,14 @@ def count_conv_flops(module: torch.nn.Module, z: torch.Tensor) -> tuple[torch.Te
     """
     total = 0
 
-    def count(conv, inputs, output):
+    def count(conv, args, kwargs, output):
         nonlocal total
-        x = inputs[0]
-        dims = zip(x.shape[2:], conv.kernel_size, conv.padding, conv.stride, conv.dilation, strict=True)
-        taps = math.prod(valid_taps(n, k, p, s, d) for n, k, p, s, d in dims)
-        total += 2 * x.shape[0] * conv.out_channels * (conv.in_channels // conv.groups) * taps
+        dims = zip(_dims(conv, args, kwargs), conv.kernel_size, conv.stride, conv.dilation, strict=True)
+        taps = math.prod(valid_taps(n, k, p, s, d) for (n, p), k, s, d in dims)
+        total += 2 * args[0].shape[0] * conv.out_channels * (conv.in_channels // conv.groups) * taps
 
     convs = [m for m in module.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
-    hooks = [m.register_forward_hook(count) for m in convs]
+    hooks = [m.register_forward_hook(count, with_kwargs=True) for m in convs]
     try:
         with torch.no_grad():
             sample = module.decode(z).sample

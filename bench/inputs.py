@@ -1,22 +1,95 @@
-"""What every system of `bench.decode` is given: the model, the latent shapes, the options."""
+"""What every bench command is given: the model and its family, the latent shapes, the options.
+
+Nothing here or in the commands tests a class name: what differs between
+model families (latent and video channels, frame rules, which switches
+loop over frames) is read from the model's `cogvideox_torchax.families`
+record.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 SYSTEMS = ("torchax", "flax", "torch")
 SWEEP_DEFAULTS = {"frames": "1,3,5,9", "resolution": "8,16,24,32"}
+# The Flax NNX port (bench/flax_vae.py) is CogVideoX's decoder alone: for
+# another family's model the Flax system is not run, and the report says so.
+FLAX_PORT_FAMILIES = frozenset({"cogvideox"})
+RANDOM = "random:"
+
+
+def family_of_model(model: str):
+    """The `cogvideox_torchax.families.Family` of ``--model``, read without building it (torch and JAX not imported).
+
+    ``random:PRESET``: the preset's family; a local diffusers folder: its
+    ``config.json``'s ``_class_name``.
+    """
+    from cogvideox_torchax import families
+
+    if model.startswith(RANDOM):
+        try:
+            return families.of_preset(model[len(RANDOM) :])
+        except ValueError as e:
+            raise SystemExit(f"error: --model {model}: {e}") from None
+    from cogvideox_torchax.io import model_files
+
+    try:
+        return model_files.family_of(model_files.read_config(model_files.resolve_model_dir(model)))
+    except model_files.ModelLoadError as e:
+        raise SystemExit(f"error: --model {model}: {e}") from None
 
 
 def load_upstream(model: str, seed: int):
-    """``random:PRESET`` (any name in `cogvideox_torchax.config.PRESETS`) or a local diffusers folder."""
-    from diffusers import AutoencoderKLCogVideoX
-
+    """The upstream module of ``--model``: ``random:PRESET`` (seeded weights) or a local diffusers folder (its family's class)."""
     import cogvideox_torchax as ct
 
-    if model.startswith("random:"):
-        return ct.random_upstream(model[len("random:") :], seed=seed)
-    return AutoencoderKLCogVideoX.from_pretrained(model).eval()
+    if model.startswith(RANDOM):
+        return ct.random_upstream(model[len(RANDOM) :], seed=seed)
+    return family_of_model(model).upstream.from_pretrained(model).eval()
+
+
+def family(upstream: Any):
+    """The family record of an upstream module."""
+    from cogvideox_torchax import families
+
+    return families.of_module(upstream)
+
+
+def latent_channels(upstream: Any) -> int:
+    """The channels of the latents ``upstream.decode`` takes (its family's rule)."""
+    return family(upstream).latent_channels(upstream.config)
+
+
+def video_channels(upstream: Any) -> int:
+    """The channels of the video ``upstream.encode`` takes (its family's rule: Wan 2.2's 12 are 3 patchified)."""
+    return family(upstream).video_channels(upstream.config)
+
+
+def loop_switches(family_name: str) -> tuple[str, ...]:
+    """The family's own switches of the ``loops`` stage (its frame scan, tile batching): off, upstream's loops run.
+
+    Turned off together they leave upstream's Python loops, unrolled into
+    the one jit (`bench.compile_time`'s unrolled mode).
+    """
+    from cogvideox_torchax.patches.registry import patches_for
+
+    return tuple(p.switch for p in patches_for(family_name) if p.stage == "loops" and p.families is not None)
+
+
+def unrolled_options(dtype: str, family_name: str):
+    """`RuntimeOptions` of upstream's loops traced into the jit: `loop_switches` off."""
+    import cogvideox_torchax as ct
+
+    return ct.RuntimeOptions(dtype=dtype, **dict.fromkeys(loop_switches(family_name), False))
+
+
+def flax_skipped(model: str) -> str | None:
+    """Why the Flax port does not run for ``--model`` (None where it does)."""
+    found = family_of_model(model)
+    if found.name in FLAX_PORT_FAMILIES:
+        return None
+    return f"not run: the Flax port (bench/flax_vae.py) is CogVideoX's decoder only; {model} is {found.title}"
 
 
 def shapes(args: argparse.Namespace, channels: int) -> list[tuple[int, ...]]:

@@ -97,7 +97,7 @@ def _run_child(argv: list[str]) -> tuple[int, dict[str, Any] | None, str]:
 def run_isolated(args: argparse.Namespace, argv: list[str], systems: list[str]) -> tuple[dict[str, Any], bool]:
     """Each system of ``systems`` in its own process; the merged report and whether every system ran."""
     from bench.coldwarm import child_argv, cold_warm
-    from bench.decode import _commit
+    from bench.decode import _commit, not_run
 
     base = without_options(argv, flags={"--json", "--cold-warm"}, valued={"--systems", "--isolate", "--plot"})
     reports: dict[str, dict[str, Any]] = {}
@@ -131,6 +131,7 @@ def run_isolated(args: argparse.Namespace, argv: list[str], systems: list[str]) 
     if first is not None:  # what every child measured alike: the first one's
         report.update({k: v for k, v in first.items() if k not in ("command", "commit", "plan", "results")})
     report["isolated"] = True
+    report["not_run"] = not_run(args)  # each child was asked for its own system alone
     report["plan"] = reports["torchax"]["plan"] if "torchax" in reports else None
     for shape in report["shapes"] or [None]:
         rows = []

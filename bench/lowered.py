@@ -21,7 +21,7 @@ from typing import Any
 
 import cogvideox_torchax as ct
 from bench.flops import analytic_conv_flops, conv_io_elements
-from bench.inputs import load_upstream
+from bench.inputs import family, latent_channels, load_upstream, unrolled_options
 from cogvideox_torchax.platforms import hlo
 
 
@@ -39,8 +39,10 @@ def describe(upstream: Any, shape: tuple[int, ...], platform: str, dtype: str) -
     """The lowered decode's plan, convolutions, FLOPs and bytes (see the module docstring)."""
     vae = ct.wrap(upstream, dtype=dtype, mesh="dp=1,tp=1")
     convs = hlo.convolutions(vae.lower_decode(shape, platform=platform).as_text())
-    # The scanned program counts its loop body once; the unrolled one counts every frame batch.
-    unrolled = ct.wrap(upstream, dtype=dtype, mesh="dp=1,tp=1", options=ct.RuntimeOptions(dtype=dtype, frame_scan=False))
+    # The scanned program counts its loop body once; the unrolled one (the family's loop switches off,
+    # upstream's loops traced) counts every frame batch.
+    options = unrolled_options(vae.options.dtype, family(upstream).name)
+    unrolled = ct.wrap(upstream, dtype=dtype, mesh="dp=1,tp=1", options=options)
     cost = unrolled.lower_decode(shape, platform=platform).cost_analysis() or {}
     largest = max(convs, key=lambda c: c.max_elements)
     return {
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     upstream = load_upstream(args.model, seed=0)
     t, h, w = (int(v) for v in args.shape.split(","))
-    report = describe(upstream, (1, upstream.config.latent_channels, t, h, w), args.platform, args.dtype)
+    report = describe(upstream, (1, latent_channels(upstream), t, h, w), args.platform, args.dtype)
     if args.json:
         print(json.dumps(report))
         return 0

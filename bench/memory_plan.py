@@ -19,7 +19,7 @@ import time
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.memory_plan", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="random:cogvideox-2b", help="random:PRESET")
+    p.add_argument("--model", default="random:cogvideox-2b", help="random:PRESET or a local diffusers VAE folder")
     p.add_argument("--shape", default="13,60,90", help="latent T,H,W")
     p.add_argument("--budgets", default="8,16,32", help="GiB per device, comma separated")
     p.add_argument("--dtype", default="float32")
@@ -33,11 +33,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import cogvideox_torchax as ct
     from cogvideox_torchax.memory import budget
+    from bench.inputs import latent_channels, load_upstream
     from cogvideox_torchax.memory.planner import choose
 
-    upstream = ct.random_upstream(args.model.removeprefix("random:"))
+    upstream = load_upstream(args.model, seed=0)
     t, h, w = (int(v) for v in args.shape.split(","))
-    shape = (1, upstream.config.latent_channels, t, h, w)
+    shape = (1, latent_channels(upstream), t, h, w)
     vae = ct.wrap(upstream, dtype=args.dtype, mesh="dp=1,tp=1")
     t0 = time.perf_counter()
     candidates = vae.memory_candidates(shape)

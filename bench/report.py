@@ -120,6 +120,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"# plan {report['plan']}")
     if report.get("isolated"):
         print("# each system in its own process (--isolate)")
+    for system, why in (report.get("not_run") or {}).items():
+        print(f"# {system}: {why}")
     for row in report["results"]:
         if row.get("error"):
             print(f"# {row['system']} failed (exit code {row.get('returncode')}): {row['error']}")

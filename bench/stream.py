@@ -176,7 +176,8 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
     from bench import inputs
 
     upstream = inputs.load_upstream(args.model, 0)
-    channels = upstream.config.latent_channels
+    channels = inputs.latent_channels(upstream)
+    family = inputs.family(upstream)
     systems = args.systems.split(",")
     vae = _ours(upstream, args.dtype) if {"whole", "streamed"} & set(systems) else None
     if "torch" in systems:
@@ -201,7 +202,7 @@ def end_to_end_rows(args: argparse.Namespace) -> list[dict]:
                 timed = [run(Path(d) / f"{i}.mp4") for i in range(args.repeats)]
             keys = timed[0].keys()
             row = {k: round(statistics.median(r[k] for r in timed), 3) for k in keys}
-            frames = 4 * t - 3 if t % 2 else 4 * t
+            frames = family.frames_of(upstream.config, t)
             where = {"device": torch_device, "dtype": torch_dtype} if system == "torch" else {}
             rows.append({"system": system, "shape": [1, channels, t, h, w], "frames": frames, **row, **where})
     return rows

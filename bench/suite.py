@@ -322,7 +322,7 @@ def _parser() -> argparse.ArgumentParser:
         default=f"bench-suite-{datetime.date.today().isoformat()}",
         help="folder for suite.json and results-draft.md (made if missing; default bench-suite-DATE)",
     )
-    p.add_argument("--quick", action="store_true", help="the same steps at tiny sizes (random:tiny): a CPU smoke run")
+    p.add_argument("--quick", action="store_true", help="the same steps at tiny sizes (random:tiny, random:wan-tiny): a CPU smoke run")
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)}")
     p.add_argument("--skip", action="append", default=[], metavar="STEP[,STEP]", help="steps not to run (repeatable)")
     p.add_argument("--only", action="append", default=[], metavar="STEP[,STEP]", help="run these steps alone")

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 
-SYSTEMS = ("torchax", "flax", "torch")
 # The Flax NNX port (bench/flax_vae.py) is of CogVideoX's decoder only: no
 # other family's step runs it, and its column says so on their rows.
-FLAX_PORT_FAMILIES = frozenset({"cogvideox"})
+from bench.inputs import FLAX_PORT_FAMILIES, SYSTEMS
+
+__all__ = ["FLAX_PORT_FAMILIES", "STEPS", "SYSTEMS", "Step", "step_systems"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Step:
     timeout_s: int = 900
 
 
-# The H100 page's rows (issue 48), in its order.
+# The H100 page's rows (issue 48), in its order; then Wan's.
 STEPS: tuple[Step, ...] = (
     Step("decode-2b", "decode", "2b", "random:cogvideox-2b", "13,60,90"),
     Step("decode-1.5", "decode", "1.5", "random:cogvideox-1.5", "21,96,170", quick_shape="3,4,6", repeats=2,
@@ -58,6 +59,11 @@ STEPS: tuple[Step, ...] = (
          timeout_s=600),
     Step("readme", "readme", "2b", "random:cogvideox-2b", "1,16,3,8,8", quick_shape="1,4,2,4,4",
          systems=("torchax",), timeout_s=300),
+    # Wan 2.1 (issue 46): 81 frames at 480x832, ours against eager torch, each in its own process.
+    Step("decode-wan2.1", "decode", "Wan 2.1", "random:wan2.1", "21,60,104", quick_model="random:wan-tiny",
+         family="wan", systems=("torchax", "torch"), timeout_s=1500),
+    Step("parity-wan2.1", "parity", "Wan 2.1", "random:wan2.1", "3,16,16", quick_model="random:wan-tiny",
+         family="wan", systems=("torchax", "torch"), repeats=1, timeout_s=600),
 )  # fmt: skip
 
 

@@ -50,12 +50,13 @@ def _worker(args: argparse.Namespace) -> dict:
     import numpy as np
 
     import cogvideox_torchax as ct
+    from bench.inputs import latent_channels, load_upstream
 
-    upstream = ct.random_upstream(args.model.removeprefix("random:"), seed=0)
+    upstream = load_upstream(args.model, seed=0)
     devices = jax.device_count()
     vae = ct.wrap(upstream, dtype=args.dtype, mesh=f"dp={devices},tp=1")
     t, h, w = (int(v) for v in args.shape.split(","))
-    z = np.random.default_rng(0).standard_normal((args.batch, upstream.config.latent_channels, t, h, w))
+    z = np.random.default_rng(0).standard_normal((args.batch, latent_channels(upstream), t, h, w))
     z = z.astype(np.float32)
     t0 = time.perf_counter()
     jax.block_until_ready(vae.decode_frames_jax(z))

@@ -199,6 +199,110 @@ def test_any_preset_in_presets_benches(monkeypatch, capsys):
     assert row["steady_s"] > 0 and row["analytic_conv_flops"] == _tiny_conv_flops((1, 4, 1, 2, 2))
 
 
+# -- another model family (Wan): every command reads the family record ---------------
+
+
+def test_bench_decodes_another_family_without_the_flax_port():
+    import torch
+
+    import cogvideox_torchax as ct
+    from bench.flops import count_conv_flops
+
+    report = _bench("--model", "random:wan-tiny", "--shape", "2,4,4", "--repeats", "1")
+    assert report["family"] == "wan" and report["shape"] == [1, 16, 2, 4, 4]  # z_dim, from the record
+    # The Flax port is CogVideoX's decoder: not run, and the report says so.
+    assert [r["system"] for r in report["results"]] == ["torchax", "torch"]
+    assert "CogVideoX's decoder only" in report["not_run"]["flax"] and "Wan" in report["not_run"]["flax"]
+    ours, torch_row = report["results"]
+    assert ours["max_abs_err"] <= 1e-4 and torch_row["max_abs_err"] == 0
+    assert ours["steady_s"] > 0 and torch_row["steady_s"] > 0 and ours["flops"] > 0
+    real = count_conv_flops(ct.random_upstream("wan-tiny"), torch.randn(1, 16, 2, 4, 4))[1]
+    assert ours["analytic_conv_flops"] == torch_row["analytic_conv_flops"] == real
+
+
+def test_a_flax_only_run_of_another_family_is_refused():
+    import pytest
+
+    from bench import decode
+
+    with pytest.raises(SystemExit, match="no system to run: flax not run: the Flax port .* is CogVideoX's decoder"):
+        decode.main(["--model", "random:wan-tiny", "--systems", "flax", "--shape", "1,2,2"])
+
+
+def test_self_padding_convolutions_count_the_cache_not_the_zeros():
+    """Wan's causal convolution pads itself (``_padding``): cache frames are real data, zero frames are not."""
+    import torch
+    from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
+
+    from bench.flops import count_conv_flops, valid_taps
+
+    conv = WanCausalConv3d(2, 3, 3, padding=1)
+
+    class Calls(torch.nn.Module):  # count_conv_flops calls decode: one conv call, then one with a cache
+        def __init__(self):
+            super().__init__()
+            self.conv = conv
+
+        def decode(self, x):
+            self.conv(x)
+            return type("Out", (), {"sample": self.conv(x, x[:, :, -1:])})
+
+    x = torch.randn(1, 2, 2, 5, 4)
+    _, total = count_conv_flops(Calls(), x)
+    hw = valid_taps(5, 3, 1, 1, 1) * valid_taps(4, 3, 1, 1, 1)
+    # No cache: 2 frames after 2 zero frames; a 1-frame cache: 3 frames after 1 zero frame.
+    expected = 2 * 3 * 2 * hw * (valid_taps(2, 3, (2, 0), 1, 1) + valid_taps(3, 3, (1, 0), 1, 1))
+    assert total == expected
+    assert valid_taps(2, 3, (2, 0), 1, 1) == 1 + 2 and valid_taps(3, 3, (1, 0), 1, 1) == 2 + 3
+
+
+def test_wan_conv_count_on_the_meta_device_equals_the_real_decode_count():
+    import torch
+
+    import cogvideox_torchax as ct
+    from bench.flops import analytic_conv_flops, count_conv_flops
+
+    for preset, shape in (("wan-tiny", (1, 16, 3, 4, 6)), ("wan-tiny", (2, 16, 1, 5, 3))):
+        upstream = ct.random_upstream(preset)
+        assert analytic_conv_flops(upstream, shape) == count_conv_flops(upstream, torch.randn(shape))[1] > 0
+
+
+def test_compile_time_scans_another_familys_frames():
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.compile_time", "--model", "random:wan-tiny", "--frames", "2,3", "--hw", "4,4",
+         "--json"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {(r["mode"], r["latent_frames"]): r for r in json.loads(done.stdout.strip().splitlines()[-1])["rows"]}
+    # Scanned: one program whatever the length (wan_frame_scan); unrolled: upstream's loop, one more frame.
+    assert rows["scanned", 2]["program_lines"] == rows["scanned", 3]["program_lines"]
+    assert rows["unrolled", 3]["program_lines"] > rows["unrolled", 2]["program_lines"]
+
+
+def test_unrolled_turns_off_the_familys_own_loop_switches():
+    from bench.inputs import loop_switches, unrolled_options
+
+    assert {"frame_scan", "tile_batching"} <= set(loop_switches("cogvideox"))
+    assert "wan_frame_scan" in loop_switches("wan") and "frame_scan" not in loop_switches("wan")
+    assert "shard_activations" not in loop_switches("wan")  # every family's, not a loop
+    options = unrolled_options("float32", "wan")
+    assert options.switch("wan_frame_scan") is False and options.switch("frame_scan") is None
+
+
+def test_a_local_folder_loads_as_its_familys_class(tmp_path):
+    from diffusers import AutoencoderKLWan
+
+    import cogvideox_torchax as ct
+    from bench.inputs import family_of_model, latent_channels, load_upstream, video_channels
+
+    ct.random_upstream("wan-tiny", seed=3).save_pretrained(tmp_path)
+    assert family_of_model(str(tmp_path)).name == "wan"
+    loaded = load_upstream(str(tmp_path), seed=0)
+    assert type(loaded) is AutoencoderKLWan and latent_channels(loaded) == 16 and video_channels(loaded) == 3
+    assert family_of_model("random:tiny").name == "cogvideox"
+
+
 def test_lowered_describes_a_tpu_program_on_this_cpu():
     import cogvideox_torchax as ct
     from bench.lowered import describe

@@ -24,7 +24,7 @@ def _listed(capsys, *argv: str) -> list[str]:
 def test_the_standard_set_is_the_h100_pages_commands(capsys):
     lines = _listed(capsys)
     assert len(lines) == len(STEPS)
-    decode_2b, decode_15, parity, cold_warm, stream, readme = lines
+    decode_2b, decode_15, parity, cold_warm, stream, readme, decode_wan, parity_wan = lines
     assert decode_2b == (
         "python -m bench.decode --model random:cogvideox-2b --dtype bf16 --shape 13,60,90 "
         "--systems torchax,flax,torch --repeats 3 --no-reference --isolate auto --json"
@@ -41,6 +41,12 @@ def test_the_standard_set_is_the_h100_pages_commands(capsys):
         "--model random:cogvideox-2b --output "
     )
     assert "--dtype" not in readme
+    # Wan 2.1 at 480p x 81, ours against eager torch (no Flax port), each in its own process on accelerators.
+    assert decode_wan == (
+        "python -m bench.decode --model random:wan2.1 --dtype bf16 --shape 21,60,104 "
+        "--systems torchax,torch --repeats 3 --no-reference --isolate auto --json"
+    )
+    assert "--model random:wan2.1" in parity_wan and "--isolate never" in parity_wan
     readme_text = (ROOT / "README.md").read_text()
     assert "python -m cogvideox_torchax.decode examples/latents_1x16x3x8x8.safetensors" in readme_text
 
@@ -59,6 +65,15 @@ def test_another_family_is_a_row_more_without_the_flax_port(monkeypatch, capsys)
     assert step_systems(wan, ("torchax", "flax", "torch")) == ("torchax", "torch")
     monkeypatch.setattr(suite, "STEPS", (*STEPS, wan))
     assert "--model random:wan2.1 --dtype bf16 --shape 5,8,8 --systems torchax,torch " in _listed(capsys)[-1]
+
+
+def test_every_steps_family_is_its_models():
+    from cogvideox_torchax import families
+
+    for step in STEPS:
+        for model in (step.model, step.quick_model):
+            assert families.of_preset(model.removeprefix("random:")).name == step.family, (step.name, model)
+    assert {s.family for s in STEPS} == {"cogvideox", "wan"}
 
 
 def test_bad_steps_and_systems_are_one_line_and_exit_2(capsys):
