@@ -158,6 +158,24 @@ def test_two_process_cli_one_video_over_all_devices(tmp_path, tiny_upstream):
     assert "exists; pass --overwrite" in runs[0].stderr and (tmp_path / "video.npy").read_bytes() == before
 
 
+def test_two_process_cli_decodes_wan(tmp_path):
+    z = latents(2, seed=30, channels=16)
+    save_file({"latents": z}, str(tmp_path / "z.safetensors"))
+    base = [sys.executable, "-m", "cogvideox_torchax.decode", "z.safetensors", "-o", "video.npy", "--no-unscale",
+            "--json", "--model", "random:wan-tiny", "--no-compile-cache"]
+    coordinator = f"127.0.0.1:{_free_port()}"
+    runs = run_processes([[*base, "--coordinator", coordinator, "--num-processes", "2", "--process-id", str(i)]
+                          for i in range(2)], cwd=tmp_path, timeout=240)
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr[-3000:] + runs[1].stderr[-3000:]
+    summary = json.loads(runs[0].stdout)
+    assert summary["model"] == "AutoencoderKLWan" and summary["mesh"] == {"dp": 2, "tp": 4}
+    ours, upstream = _reference(ct.random_upstream("wan-tiny", seed=0), z)
+    for i in range(2):
+        got = np.load(tmp_path / f"video_{i}.npy")
+        assert_close(got, ours[i], atol=TOLERANCE, label=f"Wan video {i}: CLI on 2 processes vs 1 device")
+        assert_close(got, upstream[i], atol=TOLERANCE, label=f"Wan video {i}: vs upstream", check_dtype=False)
+
+
 def test_two_process_cli_encode(tmp_path, tiny_upstream):
     from PIL import Image
     from safetensors.numpy import load_file
