@@ -9,6 +9,7 @@ error that names it, never a silent random init.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,8 +59,12 @@ def build(
     opts = _options(dtype, options)
     budget.parse_memory(max_memory)  # refused before the weights are read
     device_mesh = make_mesh(mesh)
+    started = time.perf_counter()
     module = checked_module(config, state_dict, None if family is None else families.get(family))
-    return TorchaxVAE(module, state_dict, opts, device_mesh, max_memory=max_memory)
+    checked = time.perf_counter()
+    vae = TorchaxVAE(module, state_dict, opts, device_mesh, max_memory=max_memory)
+    vae.programs.load_times.insert(0, ("checks", started, checked))
+    return vae
 
 
 def from_pretrained(

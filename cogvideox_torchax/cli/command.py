@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from cogvideox_torchax.cli import agreement, errors, interrupts, options
+from cogvideox_torchax.cli import agreement, errors, interrupts, options, timeline
 
 
 class Config(Protocol):
@@ -42,7 +42,9 @@ def command(
     done: list[Config | None] = [None]  # the configuration, once parsed: what an interrupt's line says
     try:
         try:
-            code = _command(parser, argv, configure, run, print_summary, done, keep=entry)
+            # The summary's timeline: from the process's start when the process is this command.
+            with timeline.running(from_process_start=entry):
+                code = _command(parser, argv, configure, run, print_summary, done, keep=entry)
         finally:
             if entry:
                 interrupts.finishing()  # a signal from here on is the exit code `leave` gives
@@ -109,7 +111,9 @@ def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Ca
     try:
         from cogvideox_torchax.platforms.accelerators import use_cpu_without_accelerators
 
-        use_cpu_without_accelerators()
+        with timeline.timed_part("backend"):  # JAX's plugins found (their imports are imports)
+            use_cpu_without_accelerators()
+        timeline.time_backend_start()
         summary = run(config)
     except KeyboardInterrupt as e:
         _say_stopped(e, config)
@@ -126,6 +130,9 @@ def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Ca
         if isinstance(e, errors.PeerFailed) and agreement.is_primary():
             errors.say(f"error: {errors.one_line(e)}")
         return errors.exit_code(e)
+    clock = timeline.current()
+    if clock is not None:
+        summary["timeline"] = clock.breakdown()
     code = int(summary.get("exit_code", errors.EXIT_OK))
     if config.run.quiet and not config.run.json:
         return code  # nothing to report

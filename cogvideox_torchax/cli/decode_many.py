@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cogvideox_torchax.cli import agreement, batch, errors, interrupts, many_inputs, out_of_memory, stages
+from cogvideox_torchax.cli import agreement, batch, errors, interrupts, many_inputs, out_of_memory, stages, timeline
 from cogvideox_torchax.cli.stages import Stage
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ def run(config: DecodeConfig) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 streams[shape], why = _stream_choice(config, vae, shape)
                 compile_s += time.perf_counter() - t0
+                timeline.record_part("compile", t0, time.perf_counter())
                 if why is not None:
                     why_not[shape] = why
             if streams[shape] is not None:
@@ -107,6 +108,7 @@ def run(config: DecodeConfig) -> dict[str, Any]:
                         lambda: vae.compile_decode(shape, frames=not raw), quiet=config.run.quiet,
                     )
                     compile_s += time.perf_counter() - t0
+                    timeline.record_part("compile", t0, time.perf_counter())
                     out = out_of_memory.retry_out_of_memory(
                         vae, shape, kind, "decoding latents of", lambda: _decode(vae, z, raw), quiet=config.run.quiet
                     )
@@ -324,6 +326,8 @@ def print_summary(s: dict[str, Any]) -> None:
         f"  load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s for {len(s['shapes'])} shape(s) "
         f"(cache {s['compile_cache']}) | decode and write {s['decode_s']:.2f} s ({rate})"
     )
+    for line in timeline.lines(s):
+        print(line)
     for shape, why in s["stream_why_not"].items() if s["format"] in ("mp4", "png") else ():
         print(f"  {shape}: decoded whole, then written (not streamed: {why})")
     for f in s["failed"]:

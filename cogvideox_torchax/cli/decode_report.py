@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cogvideox_torchax.cli import stages
+from cogvideox_torchax.cli import stages, timeline
 
 if TYPE_CHECKING:
     from cogvideox_torchax.cli.decode_config import DecodeConfig
@@ -56,6 +56,8 @@ def print_summary(s: dict[str, Any]) -> None:
         f"  load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s (cache {s['compile_cache']}) | "
         f"decode {s['decode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | write {s['write_s']:.2f} s"
     )
+    for line in timeline.lines(s):
+        print(line)
     print(f"  memory plan: {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per device")
     if s.get("streamed"):
         print(f"  streamed: first frame after {s['first_frame_s']:.2f} s, done after {s['end_to_end_s']:.2f} s, "

@@ -24,7 +24,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
+from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages, timeline
 from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.cli.options import add_model_arguments
 from cogvideox_torchax.cli.stages import Stage
@@ -307,6 +307,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         f"(cache {s['compile_cache']}) | encode {s['encode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | "
         f"write {s['write_s']:.2f} s"
     )
+    for line in timeline.lines(s):
+        print(line)
     print(f"  wrote {shown(s['output'])}")
 
 

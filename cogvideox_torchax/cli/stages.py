@@ -6,15 +6,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cogvideox_torchax.cli import agreement, errors, interrupts, options, out_of_memory
+from cogvideox_torchax.cli import agreement, errors, interrupts, options, out_of_memory, timeline
 
 
 class Stage:
-    """One progress bar per stage on stderr (nothing when quiet); times the stage."""
+    """One progress bar per stage on stderr (nothing when quiet); times the stage (and records it on the `timeline`)."""
 
     def __init__(self, name: str, total: int, unit: str, quiet: bool):
         from tqdm import tqdm
 
+        self.name = name
         self._bar = tqdm(total=total, desc=f"{name:<8}", unit=unit, disable=quiet, file=errors.STDERR, leave=True)
         self._t0 = time.perf_counter()
         self.seconds = 0.0
@@ -30,7 +31,9 @@ class Stage:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        self.seconds = time.perf_counter() - self._t0
+        end = time.perf_counter()
+        self.seconds = end - self._t0
+        timeline.record_stage(self.name, self._t0, end)
         self._bar.close()
         if exc_type is None:
             interrupts.check_interrupted()
@@ -82,7 +85,10 @@ def load_stage(run: options.RunOptions):
 
     with Stage("load", 1, "model", run.quiet) as stage:
         vae = options.load_model(run.model)
-        jax.block_until_ready(vae.weights)
+        for name, start, end in vae.programs.load_times:  # checks, weights, wrap
+            timeline.record_part(name, start, end)
+        with timeline.timed_part("weights"):
+            jax.block_until_ready(vae.weights)
         stage.tick()
     if run.memory_report:
         in_use.report("load")

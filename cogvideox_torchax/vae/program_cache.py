@@ -12,6 +12,7 @@ import contextlib
 import copy
 import dataclasses
 import threading
+import time
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -133,6 +134,7 @@ class ProgramCache:
 
     def __init__(self, module: torch.nn.Module, state_dict: Mapping[str, torch.Tensor | jax.Array],
                  options: RuntimeOptions, mesh: Mesh, lock: threading.RLock | None = None):
+        started = time.perf_counter()
         self.lock = lock if lock is not None else threading.RLock()
         self.options = options
         self.mesh = mesh
@@ -142,10 +144,16 @@ class ProgramCache:
         self._programs = {ProgramKey(): Program(module, self.plan_for(ProgramKey()), mesh)}
         self._meshes: dict[tuple[int, int], Mesh] = {}
         self._copies: dict[tuple[int, int], dict[str, jax.Array]] = {}
+        wrapped = time.perf_counter()
         np_dtype = np.dtype(options.jax_dtype)
         self.weights = {
             name: sharding.place(to_numpy(t, np_dtype), sharding.replicated(mesh)) for name, t in state_dict.items()
         }
+        # (part, start, end) in `time.perf_counter` seconds: what building this cache took (the commands'
+        # timeline); `cogvideox_torchax.loading.build` adds the checks before it.
+        self.load_times: list[tuple[str, float, float]] = [
+            ("wrap", started, wrapped), ("weights", wrapped, time.perf_counter())
+        ]
 
     def converted(self, options: RuntimeOptions) -> ProgramCache:
         """A fresh cache for ``options`` (another dtype): the weights converted once, on the same mesh.

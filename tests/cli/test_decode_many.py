@@ -55,6 +55,10 @@ def test_many_latents_batched_with_a_bad_file_skipped(tmp_path, capsys, library)
     assert "failed: " in captured.err and "bad.safetensors" in captured.err
     # One program per latent shape, at the batch size (the odd one out padded).
     assert summary["shapes"] == [[2, 4, 2, 4, 4], [2, 4, 3, 4, 6]]
+    # The run's time in parts that add up to it: each shape's compile apart from the decode around it.
+    t = summary["timeline"]
+    assert {"compile", "decode"} <= set(t["parts_s"])
+    assert sum(t["parts_s"].values()) == pytest.approx(t["total_s"], abs=0.01)
     assert sorted(p.name for p in out.iterdir()) == ["pair_0.npy", "pair_1.npy", "v0.npy", "v1.npy", "v2.npy"]
     for name in ("v0", "v1", "v2"):
         assert_close(np.load(out / f"{name}.npy"), library(z[name])[0], atol=1e-5, label=name)

@@ -86,6 +86,11 @@ def test_default_fit_crops_and_cuts_to_what_round_trips(tmp_path, capsys):
     assert main([str(tmp_path / "in.mp4"), "-o", str(tmp_path / "z.safetensors"), *TINY, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["input_shape"] == [10, 36, 50] and summary["video_shape"] == [1, 3, 9, 32, 48]
+    # Called as a function: the timeline starts at the call; its parts add up to it.
+    t = summary["timeline"]
+    assert t["origin"] == "main() call" and t["parts_s"]["python"] == 0.0
+    assert {"read", "compile", "encode"} <= set(t["parts_s"])
+    assert sum(t["parts_s"].values()) == pytest.approx(t["total_s"], abs=0.01)
     decoded_mp4, _ = read_mp4(tmp_path / "in.mp4")
     expected = _library_latents(decoded_mp4[:9, 2:34, 1:49])
     assert_close(load_file(tmp_path / "z.safetensors")["latents"], expected, atol=1e-5, label="cropped")
