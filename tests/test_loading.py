@@ -239,3 +239,54 @@ def test_non_finite_weights_are_refused(saved, tmp_path, value):
 
     with pytest.raises(ct.ModelLoadError, match=f"weight '{key}' holds NaN or Inf"):
         ct.from_pretrained(_copy_with(saved, tmp_path, poison))
+
+
+# -- what loading costs: each weight checked and converted once, nothing of the module copied but its structure --
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_all_finite_agrees_with_torch_without_calling_it(dtype, monkeypatch):
+    cases = [torch.randn(6, 5).to(dtype), torch.tensor([65504.0, -65504.0, 6e-8, 0.0]).to(dtype),
+             torch.zeros(0, dtype=dtype)]
+    for value in (float("nan"), float("inf"), float("-inf")):
+        poisoned = torch.randn(6, 5).to(dtype)
+        poisoned[4, 1] = value
+        cases += [poisoned, poisoned.t()]  # and not contiguous
+    expected = [bool(torch.isfinite(c).all()) for c in cases]
+
+    def slow(*a, **k):
+        raise AssertionError("torch.isfinite: several passes over every weight")
+
+    monkeypatch.setattr(torch, "isfinite", slow)
+    assert [model_files.all_finite(c) for c in cases] == expected == [True] * 3 + [False] * 6
+
+
+def test_each_weight_is_converted_once_and_the_module_copied_as_structure_only(tiny_upstream, monkeypatch):
+    from cogvideox_torchax.vae import program_cache
+
+    converted = []
+
+    def counted(x, np_dtype):
+        converted.append(x)
+        return to_numpy(x, np_dtype)
+
+    to_numpy = program_cache.to_numpy
+    monkeypatch.setattr(program_cache, "to_numpy", counted)
+    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
+    state = tiny_upstream.state_dict()
+    assert len(converted) == len(state)
+    assert sorted(t.data_ptr() for t in converted) == sorted(t.data_ptr() for t in state.values())
+    # The patched twin and its unpatched copy hold no weights (meta), whatever the module wrapped held.
+    for module in (vae.module, vae.programs._pristine):
+        assert {p.device.type for p in module.parameters()} == {"meta"}
+
+
+def test_bfloat16_weights_for_a_bfloat16_run_are_read_not_converted():
+    import numpy as np
+
+    from cogvideox_torchax.vae.program_cache import to_numpy
+
+    t = torch.randn(3, 4).to(torch.bfloat16)
+    got = to_numpy(t.t(), np.dtype(jax.numpy.bfloat16))
+    assert np.shares_memory(got, t.view(torch.int16).numpy())  # the tensor's own bits
+    assert (got.astype(np.float32) == t.t().float().numpy()).all()

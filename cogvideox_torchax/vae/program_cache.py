@@ -90,6 +90,8 @@ def to_numpy(x: torch.Tensor | np.ndarray | jax.Array, np_dtype: Any) -> np.ndar
     """A torch tensor, NumPy array or JAX array in ``np_dtype`` (a JAX array stays on its devices)."""
     if isinstance(x, torch.Tensor):
         x = x.detach().to("cpu")
+        if x.dtype == torch.bfloat16 and np.dtype(np_dtype) == np.dtype(jax.numpy.bfloat16):
+            return x.view(torch.int16).numpy().view(np_dtype)  # NumPy has no bfloat16: its bits, not converted
         if x.dtype == torch.bfloat16:
             x = x.float()
         x = x.numpy()
