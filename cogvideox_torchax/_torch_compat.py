@@ -18,9 +18,15 @@ torchax in the project goes through `import_torchax`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import hashlib
 import importlib
 import importlib.util
+import json
+import os
+import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -133,16 +139,64 @@ def _names_in_source(source: str) -> set[tuple[str, str, str | None]]:
 def torchax_op_names(package: str = "torchax") -> frozenset[tuple[str, str, str | None]]:
     """Every ``(namespace, op, overload or None)`` that ``package``'s source names under ``torch.ops``.
 
-    Read from the installed package's files without importing it.
+    Read from the installed package's files without importing it. Reading
+    their syntax trees is the slowest part of importing this project, so the
+    result is kept on disk (`cache_folder`), keyed by the files' contents and
+    this module's own: a later process with the same files reads it back.
     """
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(f"{package} is not installed")
-    names: set[tuple[str, str, str | None]] = set()
+    sources = {}
     for location in spec.submodule_search_locations:
         for path in sorted(Path(location).rglob("*.py")):
-            names |= _names_in_source(path.read_text(encoding="utf-8"))
-    return frozenset(names)
+            sources[path.relative_to(location).as_posix()] = path.read_bytes()
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(f"{sys.version_info[0]}.{sys.version_info[1]}\0{package}".encode())
+    for name, source in sources.items():
+        digest.update(b"\0%s\0%d\0" % (name.encode(), len(source)))
+        digest.update(source)
+    kept = cache_folder() / f"{package}-{digest.hexdigest()[:32]}.json"
+    names = _read_names(kept)
+    if names is None:
+        names = frozenset().union(*(_names_in_source(source.decode("utf-8")) for source in sources.values()))
+        _write_names(kept, names)
+    return names
+
+
+def cache_folder() -> Path:
+    """Where `torchax_op_names` keeps what it read: ``$XDG_CACHE_HOME/cogvideox_torchax/torchax_ops`` (``~/.cache``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cogvideox_torchax" / "torchax_ops"
+
+
+def _read_names(path: Path) -> frozenset[tuple[str, str, str | None]] | None:
+    # None for no file, or one that is not what `_write_names` writes (then read afresh).
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(rows, list) and all(
+        isinstance(r, list) and len(r) == 3 and isinstance(r[0], str) and isinstance(r[1], str)
+        and (r[2] is None or isinstance(r[2], str)) for r in rows
+    )
+    return frozenset(tuple(r) for r in rows) if ok else None
+
+
+def _write_names(path: Path, names: frozenset[tuple[str, str, str | None]]) -> None:
+    # Whole or not at all (a temporary file moved in); a folder that cannot be written is no error.
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(sorted(names, key=str), f)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError:
+        pass
 
 
 def _is_packet_method(name: str) -> bool:

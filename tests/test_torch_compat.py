@@ -108,3 +108,56 @@ def test_a_missing_op_gets_a_packet_whose_overloads_are_placeholders():
                 call(torch.ones(1))
     finally:
         delattr(torch.ops.aten, "removed_op_test_only")
+
+
+def _parses(monkeypatch) -> list[str]:
+    # Counts the files read by their syntax trees.
+    seen = []
+    parse = _torch_compat._names_in_source
+
+    def counted(source):
+        seen.append(source)
+        return parse(source)
+
+    monkeypatch.setattr(_torch_compat, "_names_in_source", counted)
+    return seen
+
+
+def test_the_names_are_read_once_then_kept_on_disk_by_the_files_contents(tmp_path, monkeypatch):
+    package = tmp_path / "src" / "fake_ops"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("import torch\nx = torch.ops.aten.foo.bar\n")
+    (package / "more.py").write_text("from torch.ops import aten\ny = aten.baz\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    parses = _parses(monkeypatch)
+
+    def names():
+        _torch_compat.torchax_op_names.cache_clear()
+        return _torch_compat.torchax_op_names("fake_ops")
+
+    first = names()
+    assert first == {("aten", "foo", "bar"), ("aten", "foo", None), ("aten", "baz", None)} and len(parses) == 2
+    assert [p.name.startswith("fake_ops-") for p in _torch_compat.cache_folder().iterdir()] == [True]
+    assert names() == first and len(parses) == 2  # read back, nothing parsed
+    (package / "more.py").write_text("from torch.ops import aten\ny = aten.qux.default\n")  # another torchax
+    assert names() == {("aten", "foo", "bar"), ("aten", "foo", None), ("aten", "qux", "default"),
+                       ("aten", "qux", None)} and len(parses) == 4
+    for kept in _torch_compat.cache_folder().iterdir():
+        kept.write_text('{"not": "names"}')  # damaged: read afresh
+    assert len(names()) == 4 and len(parses) == 6
+    _torch_compat.torchax_op_names.cache_clear()
+
+
+def test_the_names_kept_are_the_names_read_and_an_unwritable_cache_is_no_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("a file where the cache folder would be")
+    parses = _parses(monkeypatch)
+    _torch_compat.torchax_op_names.cache_clear()
+    read = _torch_compat.torchax_op_names()
+    assert parses and not (tmp_path / "file").is_dir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    for _ in range(2):
+        _torch_compat.torchax_op_names.cache_clear()
+        assert _torch_compat.torchax_op_names() == read
+    _torch_compat.torchax_op_names.cache_clear()
