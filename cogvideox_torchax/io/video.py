@@ -8,6 +8,7 @@ and moving outputs in is `outputs`' job, not a codec's.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -73,21 +74,50 @@ def check_encoder(encoder: str) -> None:
         raise ValueError(f"the {encoder} encoder cannot start here{hint}: {e}") from None
 
 
+# What libx264 is told besides --crf and --preset, and why. It holds back frames before it encodes
+# one: rc-lookahead of them (40 at its default preset, medium) for its macroblock tree, or its
+# B-frames' 3 where that is more, and one more while it may not assume a constant frame rate. Behind a
+# device that hands frames over batch by batch, a short video then waits whole in that lookahead
+# and is encoded after its last frame arrived (on an H100 the writer ended 1.15 s after the decode).
+# A lookahead of 3 and regular timestamps (force-cfr: the frames come at --fps) hold back 3 frames,
+# as the B-frames alone would, and keep the tree. What it costs in size and quality:
+# docs/results/streamed-writer-cpu.md.
+X264_LOW_DELAY = {"rc-lookahead": "3", "x264-params": "force-cfr=1"}
+# Threads over slices of each frame, never over frames: frame threads would hold back a frame
+# more per thread (libx264 starts 1.5 per core).
+X264_THREAD_TYPE = "SLICE"
+
+
 class FrameWriter:
     """Writes one video's uint8 frames ``(F, H, W, 3)`` as they come: an H.264 mp4, or a folder of PNG files.
 
     ``dest`` is written as it is (a staged entry: the caller moves it in);
-    `close` (or leaving the ``with`` block) finishes the file.
+    `close` (or leaving the ``with`` block) finishes the file. libx264 is
+    given `X264_LOW_DELAY` and sliced threads, so that it encodes frames as
+    they come rather than after the last; ``options`` adds to or replaces
+    (a value of None: removes) what it is given, ``threads`` its thread
+    count (0: one per core it may run on).
     """
 
     def __init__(self, dest: Path, kind: str, *, fps: float = 8, crf: int = 18, encoder: str = "libx264",
-                 preset: str | None = None):
+                 preset: str | None = None, options: Mapping[str, str | None] | None = None, threads: int = 0):
         if kind not in ("mp4", "png"):
             raise ValueError(f"FrameWriter writes mp4 or png, got {kind!r}")
         self.dest, self.kind, self.fps, self.crf = Path(dest), kind, fps, crf
-        self.encoder, self.preset = encoder, preset
-        self.count = 0
+        self.encoder, self.preset, self.threads = encoder, preset, threads
+        self.options = dict(options or {})
+        self.count = 0  # frames given
+        self.encoded = 0  # mp4 frames the encoder has handed back (count - encoded: held back)
         self._container = self._stream = None
+
+    def encoder_options(self) -> dict[str, str]:
+        """The options the encoder is opened with."""
+        if self.encoder == "libx264":
+            given = {"crf": str(self.crf), **({"preset": self.preset} if self.preset else {}), **X264_LOW_DELAY}
+        else:  # NVENC: constant quality at the same number
+            given = {"rc": "vbr", "cq": str(self.crf), **({"preset": self.preset} if self.preset else {})}
+        given.update(self.options)
+        return {k: v for k, v in given.items() if v is not None}
 
     def _open(self, height: int, width: int) -> None:
         import av
@@ -98,10 +128,9 @@ class FrameWriter:
         lossless = self.crf == 0 and self.encoder == "libx264"
         self._stream.pix_fmt = "yuv444p" if lossless else "yuv420p"
         if self.encoder == "libx264":
-            self._stream.options = {"crf": str(self.crf), **({"preset": self.preset} if self.preset else {})}
-        else:  # NVENC: constant quality at the same number
-            preset = {"preset": self.preset} if self.preset else {}
-            self._stream.options = {"rc": "vbr", "cq": str(self.crf), **preset}
+            self._stream.codec_context.thread_type = X264_THREAD_TYPE
+            self._stream.codec_context.thread_count = self.threads
+        self._stream.options = self.encoder_options()
 
     def write(self, frames: np.ndarray, tick=None) -> None:
         """Appends ``frames`` (uint8 ``(F, H, W, 3)``); ``tick()`` after each."""
@@ -118,6 +147,7 @@ class FrameWriter:
                 video_frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
                 for packet in self._stream.encode(video_frame):
                     self._container.mux(packet)
+                    self.encoded += 1
             self.count += 1
             if tick:
                 tick()
@@ -128,6 +158,7 @@ class FrameWriter:
             try:
                 for packet in self._stream.encode():
                     self._container.mux(packet)
+                    self.encoded += 1
             finally:
                 self._container.close()
                 self._container = None
