@@ -16,6 +16,14 @@ Three ways to the same video, each after one untimed run (compiles)::
 ``--writer`` instead measures libx264 alone: frames per second on one
 thread (``threads=1``: per core) and on every core, for smooth and noisy
 frames, at ``--sizes`` and ``--presets``, crf ``--crf``.
+
+``--stand-in FPS`` puts a stand-in device before the decode command's
+writer: textured frames yielded in CogVideoX's batches at a set speed
+(`bench.stand_in`), so the writer's share of the end-to-end time is
+measured without a device, for each writer setting of
+`bench.writer_settings` and each count of cores::
+
+    python -m bench.stream --stand-in 4x,0.5x --settings default,before --cores 1,2
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench import stand_in
 
 FRAME_SIZES = {"480x720": (480, 720), "768x1360": (768, 1360)}
 
@@ -48,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--plot", metavar="PNG", help="draw end-to-end (and first-frame) time against frames")
     p.add_argument("--from-json", metavar="FILE", help="with --plot: draw an earlier --json run instead of running")
+    stand_in.add_arguments(p)
     return p
 
 
@@ -240,6 +251,13 @@ def main(argv: list[str] | None = None) -> None:
         if not args.plot:
             raise SystemExit("error: --from-json goes with --plot")
         plot(json.loads(Path(args.from_json).read_text()), args.plot)
+        return
+    if args.stand_in:
+        report = {"command": "python -m bench.stream " + " ".join(argv), **stand_in.environment(), **stand_in.run(args)}
+        if args.json:
+            print(json.dumps(report))
+        else:
+            stand_in.print_report(report)
         return
     if args.writer:
         rows = writer_rows(args)
