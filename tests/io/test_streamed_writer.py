@@ -123,3 +123,27 @@ def test_streamed_behind_a_slower_device_the_write_ends_soon_after_the_decode(tm
             break
     assert min(after) <= 0.5, (alone, after)
     assert stand_in.read_back(tmp_path / "s.mp4", tall)[0] == 49
+
+
+def test_bench_stream_stand_in_reports_both_regimes_for_each_setting():
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "bench.stream", "--stand-in", "4x,0.5x", "--videos", "64x96x17", "--settings",
+           "default,before", "--cores", "1", "--rd-crfs", "16,18,20", "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["command"].startswith("python -m bench.stream --stand-in") and report["av"]
+    alone = {r["setting"]: r for r in report["rows"] if r["kind"] == "alone"}
+    assert alone["default"]["held_back"] == 3 and alone["before"]["held_back"] == 17  # all of a 17-frame video
+    assert all(r["frames_read"] == 17 and r["psnr_db"] > 30 for r in alone.values())
+    assert alone["before"]["bytes_at_before_psnr"] == pytest.approx(alone["before"]["bytes"], rel=1e-3)
+    streamed = [r for r in report["rows"] if r["kind"] == "streamed"]
+    assert [(r["setting"], r["device"]) for r in streamed] == [
+        ("default", "4x"), ("default", "0.5x"), ("before", "4x"), ("before", "0.5x")]
+    for r in streamed:
+        assert r["frames_read"] == 17 and r["end_to_end_s"] >= r["decode_s"] >= r["first_frame_s"] > 0
+        assert r["regime"] == ("device faster" if r["device"] == "4x" else "device slower")
+        assert r["met"] == (r["end_to_end_s"] <= r["bound_s"]) and r["floor_s"] > 0
