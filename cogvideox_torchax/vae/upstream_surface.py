@@ -11,12 +11,16 @@ instead of running eager torch. The class using it provides ``module``
 from __future__ import annotations
 
 import functools
+import inspect
 import os
+import types
 from typing import Any
 
 import torch
 from diffusers.models.autoencoders.vae import DecoderOutput
 from diffusers.utils import deprecate
+
+from cogvideox_torchax import families
 
 # What `TorchaxVAE` offers of upstream's surface; other upstream attributes
 # raise `UnsupportedAttributeError` naming this list.
@@ -93,6 +97,30 @@ class UnsupportedAttributeError(AttributeError, NotImplementedError):
     """
 
 
+class _family_signature:  # noqa: N801 (used as a decorator)
+    """A method that shows its family's upstream signature (the default family's on the class).
+
+    ``enable_tiling``'s arguments differ by family (CogVideoX's overlap
+    factors, Wan's strides); ``inspect.signature`` and ``help`` show a
+    TorchaxVAE's own upstream's, and the class shows CogVideoX's as before.
+    """
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+        functools.update_wrapper(self, method)
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        family = families.DEFAULT if obj is None else obj.family
+        method = self.method
+
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+
+        call.__signature__ = inspect.signature(getattr(family.upstream, method.__name__))  # type: ignore[attr-defined]
+        return call if obj is None else types.MethodType(call, obj)
+
+
 class UpstreamSurface:
     """Upstream's inference calling conventions, as a mixin of `TorchaxVAE`."""
 
@@ -143,6 +171,7 @@ class UpstreamSurface:
 
     __call__ = forward
 
+    @_family_signature
     def enable_tiling(self, *args: Any, **kwargs: Any) -> None:
         """Upstream's ``enable_tiling``, with its family's arguments and defaults.
 

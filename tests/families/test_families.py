@@ -92,3 +92,19 @@ def test_pipeline_latents_round_trip_per_channel():
     std = np.asarray(config["latents_std"], np.float32).reshape(1, -1, 1, 1, 1)
     np.testing.assert_allclose(held, (z - mean) / std, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(wan.from_pipeline(held, config), z, rtol=1e-5, atol=1e-5)
+
+
+def test_enable_tiling_shows_its_own_familys_arguments():
+    """A Wan VAE's ``enable_tiling`` takes Wan's strides, the class shows CogVideoX's (the default family)."""
+    import inspect
+
+    from diffusers import AutoencoderKLCogVideoX, AutoencoderKLWan
+
+    def names(f):
+        return [p for p in inspect.signature(f).parameters if p != "self"]
+
+    vae = ct.wrap(ct.random_upstream("wan-tiny"), mesh="dp=1,tp=1")
+    assert names(vae.enable_tiling) == names(AutoencoderKLWan.enable_tiling)
+    assert names(ct.TorchaxVAE.enable_tiling) == names(AutoencoderKLCogVideoX.enable_tiling)
+    vae.enable_tiling(64, 64, 48, 48)  # positionally, as upstream allows
+    assert (vae.module.tile_sample_stride_height, vae.module.tile_sample_stride_width) == (48, 48)
