@@ -8,6 +8,59 @@ import torch
 import cogvideox_torchax as ct
 from tests.support.reference import seeded_latents, upstream_decode
 
+# The heavy tier: each test below takes 15 s to 12 min of this 2-core CPU and
+# repeats, at length or in more processes, a promise a default test already
+# checks at small size. `python -m pytest` leaves them out so that each stack's
+# run stays near 20 minutes; `python -m pytest -m heavy` runs them (about 30
+# minutes). Node ids, parametrized ones by their prefix.
+HEAVY = (
+    # Length: 1,000 latent frames in the host memory of 10 (test_streamed's
+    # streamed-writer tests and the 17-frame checks run by default).
+    "tests/families/wan/test_streamed_command.py::test_a_thousand_wan_latent_frames",
+    "tests/contracts/test_streamed.py::test_a_thousand_latent_frames",
+    "tests/vae/test_stream.py::test_live_device_memory_is_the_same_at_10_and_1000",
+    "tests/memory/test_decode_memory.py::test_chained_batches_cost_a_few_decoder_calls_not_eight",
+    # Many processes: the benchmark suite's every step, each system in its own process.
+    "tests/test_bench_suite.py::test_quick_suite_writes_the_json_and_the_draft_with_every_step",
+    "tests/test_bench.py::test_bench_sweep_plot_and_warm_start",
+    "tests/test_bench.py::test_isolate_runs_each_system_in_a_process_of_its_own",
+    "tests/test_bench.py::test_compile_time_scans_another_familys_frames",
+    "tests/test_bench.py::test_targets_bench_compiles_ours_and_the_flax_port_for_a_gpu",
+    "tests/test_bench.py::test_bench_compile_only_runs_nothing",
+    "tests/test_bench.py::test_bench_decodes_another_family_without_the_flax_port",
+    "tests/test_bench.py::test_bench_measures_all_three_systems_alike",
+    # A full or closed stream: the JSON summary's and a closed stderr's cases by default.
+    "tests/contracts/test_streams.py::test_a_full_stdout_after_the_outputs_are_written_is_exit_5_in_one_line[summary",
+    "tests/contracts/test_streams.py::test_a_decode_succeeds_with_stderr_closed_or_full[full",
+    # Signals at random moments: the single-file run by default, the streamed and many-latents kinds here.
+    "tests/contracts/test_signals.py::test_a_signal_at_any_moment_ends_with_its_code_and_one_line[streamed",
+    "tests/contracts/test_signals.py::test_a_signal_at_any_moment_ends_with_its_code_and_one_line[many",
+    # Two processes under jax.distributed: the library's and Wan's command line by default.
+    "tests/parallel/test_distributed.py::test_two_processes_decode_wan_as_one_process",
+    "tests/parallel/test_distributed.py::test_two_process_cli_many_latents",
+    "tests/parallel/test_distributed.py::test_two_process_cli_one_video_over_all_devices",
+    "tests/parallel/test_distributed.py::test_two_process_cli_encode",
+    # Compiled for devices not attached: the larger programs (their invariants are checked at smaller sizes).
+    "tests/platforms/test_targets.py::test_tpu_program_over_two_chips_shards_width",
+    "tests/platforms/test_targets.py::test_h200_program_at_1080p_keeps_its_invariants",
+    "tests/platforms/test_newest_targets.py::test_v7x_counts_two_tensorcores_per_chip_and_compiles_over_one_chip",
+    "tests/platforms/test_accelerator_programs.py::test_cuda_program_has_no_convolution_of_2_31_elements[41",
+    # The real 2b config at more frames, the port's and fp16 encode's accuracy (smaller cases run by default).
+    "tests/vae/test_parity.py::test_cogvideox_2b_fp32[5",
+    "tests/test_flax_port.py::test_2b_matches_upstream[2",
+    "tests/test_flax_port.py::test_2b_matches_upstream[3",
+    "tests/vae/test_encode.py::test_tiny_fp16_encode_psnr_level_with_torch",
+    # 8 simulated devices (run in tests/test_multidevice.py's child): the planner moving to tp, bf16 streams.
+    "tests/multidevice/test_planner_tp.py::test_planner_moves_to_more_devices_on_tp_when_tiles_do_not_fit",
+    "tests/multidevice/test_stream.py::test_streamed_frames_equal_the_whole_decode_on_every_mesh[bfloat16",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(HEAVY):
+            item.add_marker(pytest.mark.heavy)
+
 # tests/multidevice needs 8 simulated devices, which must be set before JAX
 # starts; tests/test_multidevice.py runs it in its own process with them.
 collect_ignore = [] if "device_count=8" in os.environ.get("XLA_FLAGS", "") else ["multidevice"]

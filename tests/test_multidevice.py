@@ -9,13 +9,24 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_multidevice_suite():
+    _run_child("not heavy")
+
+
+@pytest.mark.heavy
+def test_multidevice_heavy_suite():
+    _run_child("heavy")
+
+
+def _run_child(marks: str) -> None:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/multidevice"],
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", marks, "tests/multidevice"],
         cwd=ROOT,
         env=env,
         capture_output=True,
