@@ -239,7 +239,7 @@ def all_finite(tensor: torch.Tensor) -> bool:
 
     On the CPU NumPy reads it in place, in one pass (16-bit floats by their
     exponent bits); torch's ``isfinite(t).all()`` makes several passes and
-    was the slowest step of loading a model (docs/startup.md).
+    was the slowest step of loading a model (docs/cli.md, "Where a run's time goes").
     """
     tensor = tensor.detach()
     if tensor.device.type != "cpu" or tensor.dtype not in (*_HALF_EXPONENTS, torch.float32, torch.float64):

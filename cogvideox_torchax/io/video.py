@@ -81,7 +81,7 @@ def check_encoder(encoder: str) -> None:
 # and is encoded after its last frame arrived (on an H100 the writer ended 1.15 s after the decode).
 # A lookahead of 3 and regular timestamps (force-cfr: the frames come at --fps) hold back 3 frames,
 # as the B-frames alone would, and keep the tree. What it costs in size and quality:
-# docs/results/streamed-writer-cpu.md.
+# docs/results/writer-pace-cpu.md.
 X264_LOW_DELAY = {"rc-lookahead": "3", "x264-params": "force-cfr=1"}
 # Threads over slices of each frame, never over frames: frame threads would hold back a frame
 # more per thread (libx264 starts 1.5 per core).
