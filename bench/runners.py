@@ -189,7 +189,12 @@ def _torch_breakdown(run, device: str) -> dict[str, Any]:
     with profile(activities=activities) as prof:
         run()
     attr = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
-    rows = [(e.key, getattr(e, attr) / 1e3, e.count) for e in prof.key_averages()]
+    # On CUDA the kernels are rows too, their time also their launching op's
+    # self time: the ops' rows alone count each kernel once.
+    every = list(prof.key_averages())
+    ops = [e for e in every if str(getattr(e, "device_type", "CPU")).endswith("CPU")]
+    events = ops if device == "cuda" and any(getattr(e, attr) > 0 for e in ops) else every
+    rows = [(e.key, getattr(e, attr) / 1e3, e.count) for e in events]
     rows = [r for r in rows if r[1] > 0]
     total = sum(r[1] for r in rows) or 1.0
     cats: dict[str, list[float]] = {}

@@ -98,6 +98,10 @@ def _cold_warm(step: Step, ctx: Context) -> list[str]:
     return _decode_argv(step, ctx, "--no-reference", "--cold-warm", "--isolate", ctx.isolate)
 
 
+def _profile(step: Step, ctx: Context) -> list[str]:
+    return _decode_argv(step, ctx, "--no-reference", "--profile", "--isolate", ctx.isolate)
+
+
 def _stream(step: Step, ctx: Context) -> list[str]:
     chosen = step_systems(step, ctx.systems)
     systems = (["whole", "streamed"] if "torchax" in chosen else []) + (["torch"] if "torch" in chosen else [])
@@ -130,6 +134,7 @@ COMMANDS: dict[str, Callable[[Step, Context], list[str]]] = {
     "decode": _decode,
     "parity": _parity,
     "cold-warm": _cold_warm,
+    "profile": _profile,
     "stream": _stream,
     "readme": _readme,
 }  # a step's kind -> its command after ``python``
@@ -325,7 +330,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the same steps at tiny sizes (random:tiny, random:wan-tiny): a CPU smoke run")
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)}")
     p.add_argument("--skip", action="append", default=[], metavar="STEP[,STEP]", help="steps not to run (repeatable)")
-    p.add_argument("--only", action="append", default=[], metavar="STEP[,STEP]", help="run these steps alone")
+    p.add_argument("--only", action="append", default=[], metavar="STEP[,STEP]",
+                   help="run these steps alone, in this order")
     p.add_argument("--dtype", default="bf16", help="the decode steps' dtype (the README command keeps its own)")
     p.add_argument(
         "--isolate",
@@ -364,7 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    steps = [s for s in STEPS if (not args.only or s.name in _names(args.only)) and s.name not in _names(args.skip)]
+    # --only runs its steps in its own order: what matters most first on a machine lent for minutes.
+    only = list(dict.fromkeys(n.strip() for v in args.only for n in v.split(",") if n.strip()))
+    chosen = [next(s for s in STEPS if s.name == n) for n in only] if only else list(STEPS)
+    steps = [s for s in chosen if s.name not in _names(args.skip)]
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as work:
         ctx = Context(args.quick, args.dtype, systems, args.isolate, Path(args.examples), Path(work))

@@ -113,6 +113,37 @@ def _cold_warm_rows(record: dict[str, Any]) -> Rows:
     ]  # fmt: skip
 
 
+def _profile_rows(record: dict[str, Any]) -> Rows:
+    report = record["stdout_json"]
+    rows = _by_system(report)
+
+    def shares(r: dict[str, Any]) -> str:
+        p = r.get("profile")
+        if not p:
+            return "no op events recorded"
+        busy = f", {p['busy_ms']:.0f} ms busy" if p.get("busy_ms") is not None else ""
+        cats = ", ".join(f"{c['category']} {100 * c['share']:.0f} %" for c in p["categories"][:4])
+        return f"{p['total_ms']:.0f} ms{busy}: {cats}"
+
+    what = (
+        f"per-op profile, {record['label']} {_dims(report['shape'])} {_short_dtype(report['dtype'])}, one steady call"
+    )
+    return [(what, _cells(rows, shares, True))]
+
+
+def profiles(suite: dict[str, Any]) -> list[str]:
+    """The full breakdown of each profiled system (`bench.profile.format_breakdown`), for the page's own section."""
+    from bench.profile import format_breakdown
+
+    lines: list[str] = []
+    for record in suite["steps"]:
+        report = record.get("stdout_json") or {}
+        for row in report.get("results", []):
+            if row.get("profile"):
+                lines += ["", *format_breakdown(f"{record['name']}, {row['system']}", row["profile"])]
+    return lines
+
+
 def _stream_rows(record: dict[str, Any]) -> Rows:
     report = record["stdout_json"]
     rows = {r["system"]: r for r in report["rows"]}
@@ -151,6 +182,7 @@ ROWS: dict[str, Callable[[dict[str, Any]], Rows]] = {  # a step's kind -> its re
     "decode": _decode_rows,
     "parity": _parity_rows,
     "cold-warm": _cold_warm_rows,
+    "profile": _profile_rows,
     "stream": _stream_rows,
     "readme": _readme_rows,
 }
@@ -223,7 +255,11 @@ def draft(suite: dict[str, Any]) -> str:
         "```bash",
     ]
     lines += [f"{r['command']}  # {r['name']}" for r in suite["steps"] if r.get("command")]
-    lines += ["```", "", *table(suite), "", "## Failures", ""]
+    lines += ["```", "", *table(suite)]
+    breakdowns = profiles(suite)
+    if breakdowns:
+        lines += ["", "## Per-op profiles", *breakdowns]
+    lines += ["", "## Failures", ""]
     lines += [f"- {f}" for f in failures(suite)] or ["None."]
     skipped = [f"- {r['name']}: {r['skipped']}" for r in suite["steps"] if r.get("skipped")]
     if skipped:

@@ -55,6 +55,9 @@ STEPS: tuple[Step, ...] = (
          timeout_s=1500),
     Step("parity-2b", "parity", "2b", "random:cogvideox-2b", "3,16,16", repeats=1, timeout_s=600),
     Step("cold-warm-2b", "cold-warm", "2b", "random:cogvideox-2b", "13,60,90", systems=("torchax",), repeats=1),
+    # Where a steady 2b decode's time goes, op by op (issue 48: the share of the peak not used).
+    Step("profile-2b", "profile", "2b", "random:cogvideox-2b", "13,60,90", systems=("torchax", "torch"), repeats=1,
+         timeout_s=600),
     Step("stream-2b", "stream", "2b", "random:cogvideox-2b", "13,60,90", systems=("torchax", "torch"), repeats=1,
          timeout_s=600),
     Step("readme", "readme", "2b", "random:cogvideox-2b", "1,16,3,8,8", quick_shape="1,4,2,4,4",

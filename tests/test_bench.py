@@ -119,6 +119,14 @@ def test_wall_time_goes_to_the_running_op_or_the_last_to_end():
     assert sum(ns for ns, _ in charged.values()) == 30  # the whole span, nothing twice
 
 
+def test_busy_time_is_the_union_of_the_ops_intervals():
+    from bench.profile import busy_ns
+
+    # 0-10 and 5-12 overlap (12 ns), 20-30 holds 22-25: 22 ns busy in a 30 ns span.
+    assert busy_ns([(20, 30, "b"), (0, 10, "a"), (5, 12, "c"), (22, 25, "d")]) == 22
+    assert busy_ns([]) == 0
+
+
 def test_meta_device_conv_count_equals_the_real_decode_count():
     import torch
 

@@ -24,7 +24,7 @@ def _listed(capsys, *argv: str) -> list[str]:
 def test_the_standard_set_is_the_h100_pages_commands(capsys):
     lines = _listed(capsys)
     assert len(lines) == len(STEPS)
-    decode_2b, decode_15, parity, cold_warm, stream, readme, decode_wan, parity_wan = lines
+    decode_2b, decode_15, parity, cold_warm, profile, stream, readme, decode_wan, parity_wan = lines
     assert decode_2b == (
         "python -m bench.decode --model random:cogvideox-2b --dtype bf16 --shape 13,60,90 "
         "--systems torchax,flax,torch --repeats 3 --no-reference --isolate auto --json"
@@ -34,6 +34,11 @@ def test_the_standard_set_is_the_h100_pages_commands(capsys):
     # Against upstream fp32 (no --no-reference), one process at its small shape.
     assert "--shape 3,16,16" in parity and "--no-reference" not in parity and "--isolate never" in parity
     assert "--cold-warm" in cold_warm and "--systems torchax " in cold_warm
+    # One steady 2b call op by op, ours and eager torch, each in its own process on accelerators.
+    assert profile == (
+        "python -m bench.decode --model random:cogvideox-2b --dtype bf16 --shape 13,60,90 "
+        "--systems torchax,torch --repeats 1 --no-reference --profile --isolate auto --json"
+    )
     assert stream.startswith("python -m bench.stream") and "--systems whole,streamed,torch" in stream
     # The README's main command, as written there (its own dtype), with --json for the figures.
     assert readme.startswith(
@@ -56,8 +61,12 @@ def test_systems_and_skips_trim_the_steps(capsys):
     assert len(lines) == len(STEPS) - 2
     assert "--systems torch " in lines[0] and "--dtype float32" in lines[0]
     assert lines[2] == "# cold-warm-2b: skipped (none of its systems chosen)"
-    assert "--systems torch " in lines[3]  # the stream's eager torch row alone
+    assert "--systems torch " in lines[4]  # the stream's eager torch row alone
     assert _listed(capsys, "--only", "readme", "--quick")[0].startswith("python -m cogvideox_torchax.decode ")
+    # --only keeps its own order (the most wanted first on a machine lent for minutes), once each.
+    ordered = _listed(capsys, "--only", "parity-wan2.1,readme", "--only", "decode-2b,readme")
+    assert [line.split()[2] for line in ordered] == ["bench.decode", "cogvideox_torchax.decode", "bench.decode"]
+    assert "random:wan2.1" in ordered[0] and "random:cogvideox-2b --dtype bf16 --shape 13,60,90" in ordered[2]
 
 
 def test_another_family_is_a_row_more_without_the_flax_port(monkeypatch, capsys):
@@ -142,6 +151,7 @@ def test_the_draft_states_the_figures_and_every_failure():
         record("stream-2b", "stream", "2b", rc=None, timed_out=True, stdout_json=None, error="timed out after 600 s"),
         record("decode-wan", "decode", "wan2.1", family="wan", stdout_json=_h100_15_report()),
         {"name": "cold-warm-2b", "skipped": "none of its systems (torchax) chosen"},
+        record("profile-2b", "profile", "2b", stdout_json=_profile_report()),
     ]
     page = draft({
         "command": "python -m bench.suite --out x", "date": "2026-11-27T11:44:51+00:00", "quick": False,
@@ -165,6 +175,30 @@ def test_the_draft_states_the_figures_and_every_failure():
     assert "- decode-1.5: exit code 1" in failures and "- stream-2b: timed out after 600 s" in failures
     assert "- decode-1.5, torch (exit code 1): torch.OutOfMemoryError: CUDA out of memory." in failures
     assert "- cold-warm-2b: none of its systems (torchax) chosen" in page.split("## Skipped")[1]
+    # The profile: a row of shares in the table, each system's whole breakdown in its own section.
+    profile = rows["per-op profile, 2b (1,16,13,60,90) bf16, one steady call"]
+    assert profile[0] == "950 ms, 700 ms busy: convolution 80 %, elementwise 20 %"
+    assert profile[2].rstrip(" |") == "2000 ms: convolution 100 %"  # the last column
+    section = page.split("## Per-op profiles")[1].split("## Failures")[0]
+    assert "### profile-2b, torchax: 950 ms from first op to last (700 ms of it with an op's event open)" in section
+    assert "| `fusion.12` | convolution | 760.0 | 30 |" in section
+
+
+def _profile_report():
+    def breakdown(total, cats, **extra):
+        return {
+            "total_ms": total,
+            **extra,
+            "top_ops": [{"op": "fusion.12", "category": "convolution", "ms": 760.0, "count": 30}],
+            "categories": [{"category": c, "ms": total * share, "share": share, "count": 1} for c, share in cats],
+        }
+
+    results = [
+        {"system": "torchax", "shape": [1, 16, 13, 60, 90],
+         "profile": breakdown(950.0, [("convolution", 0.8), ("elementwise", 0.2)], busy_ms=700.0)},
+        {"system": "torch", "shape": [1, 16, 13, 60, 90], "profile": breakdown(2000.0, [("convolution", 1.0)])},
+    ]  # fmt: skip
+    return {"shape": [1, 16, 13, 60, 90], "dtype": "bfloat16", "results": results}
 
 
 @pytest.mark.slow  # ten processes of torch and JAX: 4 to 6 minutes on 2 busy cores
