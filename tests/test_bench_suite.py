@@ -24,7 +24,7 @@ def _listed(capsys, *argv: str) -> list[str]:
 def test_the_standard_set_is_the_h100_pages_commands(capsys):
     lines = _listed(capsys)
     assert len(lines) == len(STEPS)
-    decode_2b, decode_15, parity, cold_warm, profile, stream, readme, decode_wan, parity_wan = lines
+    decode_2b, decode_15, parity, cold_warm, profile, stream, readme, decode_wan, decode_wan_720p, parity_wan = lines
     assert decode_2b == (
         "python -m bench.decode --model random:cogvideox-2b --dtype bf16 --shape 13,60,90 "
         "--systems torchax,flax,torch --repeats 3 --no-reference --isolate auto --json"
@@ -51,6 +51,7 @@ def test_the_standard_set_is_the_h100_pages_commands(capsys):
         "python -m bench.decode --model random:wan2.1 --dtype bf16 --shape 21,60,104 "
         "--systems torchax,torch --repeats 3 --no-reference --isolate auto --json"
     )
+    assert "--shape 21,90,160 --systems torchax,torch --repeats 2 --no-reference --isolate auto" in decode_wan_720p
     assert "--model random:wan2.1" in parity_wan and "--isolate never" in parity_wan
     readme_text = (ROOT / "README.md").read_text()
     assert "python -m cogvideox_torchax.decode examples/latents_1x16x3x8x8.safetensors" in readme_text
