@@ -38,10 +38,24 @@ _LAYOUT |= {"constant", "iota"}
 _COMPUTATION_RE = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*[({].*\{\s*$")
 _INSTRUCTION_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][a-z0-9\-]*)\(")
 _CALLS_RE = re.compile(r"calls=%?([\w.\-]+)")
+_TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
+
+
+def _library_call(target: str) -> str:
+    """The category of a custom call by its target: on GPUs, XLA's convolutions and GEMMs are library calls."""
+    t = target.lower()
+    if "conv" in t:  # __cudnn$convForward, __cudnn$convBiasActivationForward, ...
+        return "convolution"
+    if "gemm" in t or "matmul" in t or "blas" in t or "fmha" in t:  # __cublas$gemm, __cublas$lt$matmul, cuDNN fMHA
+        return "matmul"
+    return "other"
 
 
 def _parse_hlo(hlo_text: str) -> tuple[dict[str, str], dict[str, list[str]], dict[str, str]]:
-    """Maps instruction -> opcode, computation -> its opcodes, fusion -> called computation."""
+    """Maps instruction -> opcode, computation -> its opcodes, fusion -> called computation.
+
+    A custom call's opcode is its category (`_library_call`) prefixed by ``custom-call:``.
+    """
     opcode: dict[str, str] = {}
     body: dict[str, list[str]] = collections.defaultdict(list)
     calls: dict[str, str] = {}
@@ -55,6 +69,8 @@ def _parse_hlo(hlo_text: str) -> tuple[dict[str, str], dict[str, list[str]], dic
         if not m:
             continue
         name, op = m.groups()
+        t = _TARGET_RE.search(line) if op == "custom-call" else None
+        op = f"custom-call:{_library_call(t.group(1))}" if t else op
         opcode[name] = op
         if current is not None:
             body[current].append(op)
@@ -66,9 +82,9 @@ def _parse_hlo(hlo_text: str) -> tuple[dict[str, str], dict[str, list[str]], dic
 
 def _classify(ops: list[str]) -> str:
     kinds = set(ops)
-    if "convolution" in kinds:
+    if "convolution" in kinds or "custom-call:convolution" in kinds:
         return "convolution"
-    if "dot" in kinds:
+    if "dot" in kinds or "custom-call:matmul" in kinds:
         return "matmul"
     if "reduce" in kinds or "reduce-window" in kinds:
         return "reduction"
@@ -88,8 +104,8 @@ def categorize(hlo_text: str) -> dict[str, str]:
             continue
         if op == "fusion" and name in calls:
             out[name] = _classify(body.get(calls[name], []))
-        elif op in ("custom-call",):
-            out[name] = "other"
+        elif op.startswith("custom-call"):
+            out[name] = op.partition(":")[2] or "other"
         else:
             out[name] = _classify([op])
     return out

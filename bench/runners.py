@@ -166,11 +166,14 @@ def bench_torch(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
+_TORCH_MATMULS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "matmul", "linear"}
+
+
 def _torch_kind(name: str) -> str:
     n = name.lower()
     if "conv" in n or "mkldnn" in n or "cudnn" in n:
         return "convolution"
-    if "mm" in n or "matmul" in n or "linear" in n:
+    if n.removeprefix("aten::") in _TORCH_MATMULS or "scaled_dot_product" in n:
         return "matmul"
     if "norm" in n or "mean" in n or "var" in n or "sum" in n:
         return "reduction"
@@ -189,10 +192,12 @@ def _torch_breakdown(run, device: str) -> dict[str, Any]:
     with profile(activities=activities) as prof:
         run()
     attr = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
-    # On CUDA the kernels are rows too, their time also their launching op's
-    # self time: the ops' rows alone count each kernel once.
+    # On CUDA a kernel's time is a row of its own and also its launching
+    # op's self time, and runtime rows ("Command Buffer Full": launches that
+    # waited) carry kernel time too (on an H100 it came to more than the
+    # aten ops' own): the aten ops' rows alone count each kernel once.
     every = list(prof.key_averages())
-    ops = [e for e in every if str(getattr(e, "device_type", "CPU")).endswith("CPU")]
+    ops = [e for e in every if e.key.startswith("aten::")]
     events = ops if device == "cuda" and any(getattr(e, attr) > 0 for e in ops) else every
     rows = [(e.key, getattr(e, attr) / 1e3, e.count) for e in events]
     rows = [r for r in rows if r[1] > 0]

@@ -119,6 +119,32 @@ def test_wall_time_goes_to_the_running_op_or_the_last_to_end():
     assert sum(ns for ns, _ in charged.values()) == 30  # the whole span, nothing twice
 
 
+def test_gpu_library_calls_are_classed_by_their_target():
+    from bench.profile import categorize
+    from bench.runners import _torch_kind
+
+    # XLA:GPU's convolutions and GEMMs are custom calls into cuDNN and cuBLAS (on the H100 run
+    # they were 81 % of the decode, classed "other" before).
+    hlo = "\n".join([
+        "HloModule jit_decode, entry_computation_layout={()->()}",
+        "ENTRY %main.1 (p: bf16[1,8,4,4,4]) -> bf16[1,8,4,4,4] {",
+        "  %p = bf16[1,8,4,4,4]{4,3,2,1,0} parameter(0)",
+        '  %cudnn-conv-bias-activation.3 = (bf16[1,8,4,4,4]{4,3,2,1,0}, u8[0]{0}) custom-call(%p, %w, %b), '
+        'window={size=3x3x3}, custom_call_target="__cudnn$convBiasActivationForward"',
+        '  %custom-call.7 = (bf16[64,64]{1,0}, s8[4194304]{0}) custom-call(%a, %c), '
+        'custom_call_target="__cublas$lt$matmul"',
+        '  %custom-call.9 = u8[4]{0} custom-call(), custom_call_target="SomethingElse"',
+        "  ROOT %add.2 = bf16[1,8,4,4,4]{4,3,2,1,0} add(%p, %p)",
+        "}",
+    ])  # fmt: skip
+    kinds = categorize(hlo)
+    assert kinds["cudnn-conv-bias-activation.3"] == "convolution" and kinds["custom-call.7"] == "matmul"
+    assert kinds["custom-call.9"] == "other" and kinds["add.2"] == "elementwise"
+    # Eager torch's rows: aten ops by name; a runtime row is no matmul for the "mm" in "Command".
+    assert _torch_kind("aten::cudnn_convolution") == "convolution" and _torch_kind("aten::addmm") == "matmul"
+    assert _torch_kind("Command Buffer Full") == "other" and _torch_kind("aten::native_group_norm") == "reduction"
+
+
 def test_busy_time_is_the_union_of_the_ops_intervals():
     from bench.profile import busy_ns
 
