@@ -116,7 +116,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
         ),
         PlatformProfile(
             "cuda", gpu=True, conv_layout="channels-first", bias="fused", max_conv_elements=MAX_CONV_ELEMENTS,
-            materialise_padded=True, skips={"time_tap_conv": _GPU_NO_TIME_TAPS},
+            materialise_padded=True, skips={"time_tap_conv": _GPU_NO_TIME_TAPS, "wan_time_taps": _GPU_NO_TIME_TAPS},
             compiler_options=GPU_SCHEDULE_COMPILER_OPTIONS,
         ),
         # Never compiled or run here: the CPU's layout and bias, the GPU's limit.
@@ -124,6 +124,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
             "rocm", gpu=True, conv_layout="channels-last", bias="after rounding", max_conv_elements=MAX_CONV_ELEMENTS,
             skips={
                 "time_tap_conv": _GPU_NO_TIME_TAPS,
+                "wan_time_taps": _GPU_NO_TIME_TAPS,
                 "resample_conv3d": "measured on CUDA and TPU only (their compilers' layouts and memory)",
                 "time_chunks": "measured on CUDA only (compiled for an H200)",
             },
@@ -134,6 +135,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
             split_per_device=True, materialise_padded=True, block_broadcast=True,
             skips={
                 "time_tap_conv": _GPU_NO_TIME_TAPS,
+                "wan_time_taps": _GPU_NO_TIME_TAPS,
                 "time_chunks": "measured on CUDA only (compiled for an H200)",
             },
         ),
