@@ -351,19 +351,20 @@ def _parser() -> argparse.ArgumentParser:
     return p  # fmt: skip
 
 
-def _names(values: list[str]) -> set[str]:
-    return {n.strip() for v in values for n in v.split(",") if n.strip()}
+def _names(values: list[str]) -> list[str]:
+    """The step names of repeatable ``STEP[,STEP]`` options, once each, in the order given."""
+    return list(dict.fromkeys(n.strip() for v in values for n in v.split(",") if n.strip()))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
-    known = {s.name for s in STEPS}
+    by_name = {s.name: s for s in STEPS}
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
-    unknown = (_names(args.skip) | _names(args.only)) - known
+    unknown = set(_names(args.skip) + _names(args.only)) - by_name.keys()
     bad = sorted(unknown) or sorted(set(systems) - set(SYSTEMS))
     if bad:
-        print(f"error: unknown {'steps' if unknown else 'systems'} {bad}; steps: {', '.join(sorted(known))}; "
+        print(f"error: unknown {'steps' if unknown else 'systems'} {bad}; steps: {', '.join(sorted(by_name))}; "
               f"systems: {', '.join(SYSTEMS)}", file=sys.stderr)  # fmt: skip
         return 2
     missing = kernels_missing()
@@ -371,8 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         print(missing, file=sys.stderr)
         return 2
     # --only runs its steps in its own order: what matters most first on a machine lent for minutes.
-    only = list(dict.fromkeys(n.strip() for v in args.only for n in v.split(",") if n.strip()))
-    chosen = [next(s for s in STEPS if s.name == n) for n in only] if only else list(STEPS)
+    chosen = [by_name[n] for n in _names(args.only)] or list(STEPS)
     steps = [s for s in chosen if s.name not in _names(args.skip)]
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as work:
