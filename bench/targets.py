@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -118,7 +119,7 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
         key = ProgramKey.for_target(acc.name, (on.shape["dp"], on.shape["tp"]))
         vae.programs.program(key)
         row["build_s"] = round(time.perf_counter() - t_build, 2)
-        row["plan"] = vae.plan_for(acc.platform).as_dict()
+        row["plan"] = vae.programs.program(key).plan.as_dict()  # the target mesh's plan
         t0 = time.perf_counter()
         lowered = vae.lower_decode(shape, target=acc.name, mesh=key.mesh)
         options = vae.programs.compiler_options(key)  # the library's own for the target
@@ -192,9 +193,16 @@ def _run_child(system: str, target: str, args: argparse.Namespace, shape: tuple[
                 "error": f"not finished in {args.timeout:.0f} s (trace, lower and compile; stopped)"}
     lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
     if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {"system": system, "target": target, "shape": list(shape), "error": tail}
+        return {"system": system, "target": target, "shape": list(shape), "error": _error_line(done.stderr)}
     return json.loads(lines[-1])
+
+
+def _error_line(stderr: str) -> str:
+    """The exception a child died of: the last ``SomethingError: ...`` line, else the last line (JAX's traceback
+    note comes after the exception)."""
+    lines = stderr.strip().splitlines() or ["(no output)"]
+    raised = [x for x in lines if re.match(r"^[\w.]+(Error|Exception)\b", x)]
+    return (raised or lines)[-1]
 
 
 def _gib(n: int | None) -> str:

@@ -18,7 +18,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-
 from cogvideox_torchax.kernels.attention import BLOCK, attention_reference
 
 

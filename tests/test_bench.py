@@ -373,6 +373,16 @@ def test_targets_bench_compiles_ours_and_the_flax_port_for_a_gpu(tmp_path):
     assert len(list(tmp_path.glob("*.hlo.txt"))) == 2
 
 
+def test_targets_rows_name_the_exception_a_compile_died_of():
+    from bench.targets import _error_line
+
+    # JAX prints a note about its filtered traceback after the exception itself.
+    stderr = ("Traceback (most recent call last):\n  File x\nRuntimeError: Input type (float) and bias type\n"
+              "--------------------\nFor simplicity, JAX has removed its internal frames from the traceback\n")
+    assert _error_line(stderr) == "RuntimeError: Input type (float) and bias type"
+    assert _error_line("killed\n") == "killed" and _error_line("") == "(no output)"
+
+
 # -- each system in its own process (--isolate) ---------------------------------------
 
 

@@ -117,7 +117,6 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
                 "time_chunks": _CUDA_ONLY,
                 "wan_resample_conv3d": _LAYOUTS_MEASURED,
                 "wan_attention_block": _LAYOUTS_MEASURED,
-                "wan_time_chunks": _CUDA_ONLY,
                 "wan_norm_input": _TPU_ONLY,
                 "wan_video_carry": "measured on CUDA and TPU only (their compilers' memory)",
             },
@@ -128,7 +127,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
             skips={
                 "time_tap_conv": _GPU_NO_TIME_TAPS,
                 "wan_time_taps": _GPU_NO_TIME_TAPS,
-                "wan_norm_input": "no effect on the H200 program (Wan 2.1, 720p x 81: 6.70 GiB either way)",
+                "wan_norm_input": _TPU_ONLY,
             },
             compiler_options=GPU_SCHEDULE_COMPILER_OPTIONS,
         ),
@@ -142,7 +141,6 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
                 "time_chunks": _CUDA_ONLY,
                 "wan_resample_conv3d": _LAYOUTS_MEASURED,
                 "wan_attention_block": _LAYOUTS_MEASURED,
-                "wan_time_chunks": _CUDA_ONLY,
                 "wan_norm_input": _TPU_ONLY,
             },
         ),
@@ -154,8 +152,6 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
                 "time_tap_conv": _GPU_NO_TIME_TAPS,
                 "wan_time_taps": _GPU_NO_TIME_TAPS,
                 "time_chunks": _CUDA_ONLY,
-                "wan_time_chunks": "made the one-chip program larger (Wan 2.1, 720p x 81, v6e: the smallest heap "
-                "9.43 -> 10.79 GiB)",
             },
         ),
     )

@@ -32,7 +32,8 @@ def test_lowered_programs_convolve_bf16_channels_first_in_3d(wan_bf16, platform)
     text = wan_bf16.lower_decode(_TINY, platform=platform).as_text()
     convs = hlo.convolutions(text)
     assert len(convs) >= 20
-    assert all(c.input_dtype == c.output_dtype == "bf16" for c in convs), {(c.input_dtype, c.output_dtype) for c in convs}
+    dtypes = {(c.input_dtype, c.output_dtype) for c in convs}
+    assert dtypes == {("bf16", "bf16")}, dtypes
     # The resamplers' and the attention's convolutions 3-D too: no 2-D island of another layout.
     assert all(len(c.input_shape) == 5 and not c.channels_last for c in convs)
     # No activation-sized fp32 value stored: statistics and softmax inside fusible chains only.
@@ -77,4 +78,4 @@ def test_v6e_program_compiles_with_bf16_convolutions(wan_bf16):
     assert sorted(len(c.shape) for c in convs if c.dtype != "bf16") == [2, 2, 2, 2]
     assert compiled.memory_analysis().temp_size_in_bytes > 0
     plan = wan_bf16.plan_for("tpu")
-    assert "wan_time_chunks" not in plan.steps and "wan_frame_scan" in plan.steps
+    assert {"wan_norm_input", "wan_frame_scan", "wan_resample_conv3d", "wan_attention_block"} <= set(plan.steps)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.families.wan.patches import attention_block, norm_input, resample, scan_output, time_chunks
+from cogvideox_torchax.families.wan.patches import attention_block, norm_input, resample, scan_output
 from cogvideox_torchax.platforms.build import build_plan
 from cogvideox_torchax.platforms.run_plan import Placement
 from cogvideox_torchax.vae.program_cache import ProgramKey
@@ -31,13 +31,13 @@ def _encode_reference(upstream, x: torch.Tensor) -> torch.Tensor:
 
 def test_each_platform_plans_its_patches(wan_tiny):
     cuda, tpu, cpu = (set(wan_tiny.plan_for(p).steps) for p in ("cuda", "tpu", "cpu"))
-    assert LAYOUT | {"wan_time_chunks"} <= cuda and "wan_norm_input" not in cuda
-    assert LAYOUT | {"wan_norm_input"} <= tpu and "wan_time_chunks" not in tpu
-    assert not (LAYOUT | {"wan_time_chunks", "wan_norm_input"}) & cpu
-    forced = ct.RuntimeOptions(dtype="bfloat16", wan_time_chunks=True)
-    with pytest.raises(ValueError, match="wan_time_chunks=True cannot apply on tpu bfloat16 dp=1,tp=8: made the one"):
-        build_plan(forced, Placement("tpu", "bfloat16", 1, 8), "wan")
-    assert "wan_time_chunks" in build_plan(forced, Placement("cuda", "bfloat16"), "wan").steps
+    assert LAYOUT <= cuda and "wan_norm_input" not in cuda
+    assert LAYOUT | {"wan_norm_input"} <= tpu
+    assert not (LAYOUT | {"wan_norm_input"}) & cpu
+    forced = ct.RuntimeOptions(dtype="bfloat16", wan_norm_input=True)
+    with pytest.raises(ValueError, match="wan_norm_input=True cannot apply on cuda bfloat16 dp=1,tp=1: measured on TPU only"):
+        build_plan(forced, Placement("cuda", "bfloat16"), "wan")
+    assert "wan_norm_input" in build_plan(forced, Placement("tpu", "bfloat16", 1, 8), "wan").steps
 
 
 # Frame counts: the first latent frame alone (1), one scan step (2), several (5);
@@ -70,52 +70,9 @@ def test_accelerator_plans_encode_as_upstream(wan_tiny_upstream, wan_tiny, wan22
                  label=f"wan2.2-tiny {platform} plan encode")
 
 
-def _frame_elements(channels: int, height: int, width: int) -> int:
-    return channels * (height + 2) * (width + 2)  # one padded frame of a 3x3x3 causal conv
-
-
-# Chunk sizes far below the GPU plan's, so the tiny config's full-size blocks
-# (3 channels, 4 frames a step) run in chunks: of one output frame (the
-# windows after the first join one cache frame, then none), of two, and
-# with upstream's own loop (its second latent frame's caches hold one frame,
-# the windows start with a zero frame).
-@pytest.mark.parametrize(("chunk", "scan"), [(1, True), (2, True), (1, False)])
-def test_time_chunks_decode_and_encode_as_upstream(wan_tiny_upstream, monkeypatch, chunk, scan):
-    frame = _frame_elements(3, 40, 24)
-    monkeypatch.setattr(time_chunks, "WHOLE_ELEMENTS", 3 * frame - 1)
-    monkeypatch.setattr(time_chunks, "CHUNK_ELEMENTS", (chunk + 2) * frame)
-    assert time_chunks.chunk_frames((1, 3, 4, 40, 24), torch.nn.Conv3d(3, 3, 3)) == chunk
-    vae = ct.wrap(wan_tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(wan_frame_scan=scan))
-    z = seeded_latents((1, 16, 3, 5, 3), seed=chunk)
-    seen = []
-    chunked = time_chunks.TimeChunkedWanResidualBlock._chunked
-
-    def counted(conv, x, act, feat_cache, feat_idx, k):
-        seen.append((x.shape[2], k))
-        return chunked(conv, x, act, feat_cache, feat_idx, k)
-
-    monkeypatch.setattr(time_chunks.TimeChunkedWanResidualBlock, "_chunked", staticmethod(counted))
-    assert_close(_run(vae, "cuda", "decode", z), upstream_decode(wan_tiny_upstream, z), atol=1e-5,
-                 label=f"time chunks of {chunk}, scan {scan}")
-    # The full-size blocks' 4 frames a step went in chunks.
-    assert (4, chunk) in seen
-    x = torch.rand(1, 3, 9, 40, 24, generator=torch.Generator().manual_seed(1)) * 2 - 1
-    assert_close(_run(vae, "cuda", "encode", x), _encode_reference(wan_tiny_upstream, x), atol=1e-5,
-                 label=f"time chunks of {chunk}, encode")
-
-
-def test_chunk_frames_counts_one_devices_share():
-    conv = torch.nn.Conv3d(96, 96, 3)
-    # Wan 2.1's last up block at 720p: 6 padded frames of 96 x 722 x 1282 (533 M elements) on one device.
-    assert time_chunks.chunk_frames((1, 96, 4, 720, 1280), conv) == 1
-    assert time_chunks.chunk_frames((1, 96, 4, 720, 1280), conv, devices=8) is None
-    assert time_chunks.chunk_frames((1, 96, 4, 480, 832), conv) is None  # 480p: 230 M, whole
-    assert time_chunks.chunk_frames((1, 96, 1, 720, 1280), conv) is None  # one frame: nothing to chunk
-
-
 @pytest.mark.parametrize(
     "apply", [resample.apply_resample_conv3d, attention_block.apply_attention_block, norm_input.apply_norm_input,
-              time_chunks.apply_time_chunks, scan_output.apply_video_carry],
+              scan_output.apply_video_carry],
 )
 def test_the_patched_module_runs_eagerly_as_upstream(wan_tiny_upstream, apply):
     patched = copy.deepcopy(wan_tiny_upstream)
