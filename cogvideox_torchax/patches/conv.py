@@ -50,6 +50,16 @@ class FusedBiasConv:
         return interop.torch_view(fn)(input, weight, bias)
 
 
+def conv2d_per_frame(x, weight, bias, module: torch.nn.Conv2d):
+    """``module`` (a ``Conv2d`` with its ``conv_policy``) on each frame of JAX ``(B, C, T, H, W)``: one 3-D convolution.
+
+    The 2-D kernel ``(O, I, kh, kw)`` as ``(O, I, 1, kh, kw)``, one frame
+    deep, so the activation is not moved to put frames next to the batch.
+    """
+    return conv(x, weight[:, :, None], bias, stride=(1, *module.stride), padding=(0, *module.padding),
+                dilation=(1, *module.dilation), groups=module.groups, **module.conv_policy.kwargs())
+
+
 class JaxConv2d(FusedBiasConv, torch.nn.Conv2d):
     """`nn.Conv2d` rounding once in bf16 and fp16 (see `FusedBiasConv`)."""
 

@@ -27,20 +27,15 @@ import torch
 from diffusers.models.downsampling import CogVideoXDownsample3D
 from diffusers.models.upsampling import CogVideoXUpsample3D
 
-from cogvideox_torchax.kernels.conv import conv
 from cogvideox_torchax.kernels.upsample import first_frame_apart_indices, nearest, take_indices
 from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
+from cogvideox_torchax.patches.conv import conv2d_per_frame
 
 
 def _applies(module: torch.nn.Module, inputs: torch.Tensor) -> bool:
     c = module.conv
     return (is_torchax(inputs) and hasattr(c, "conv_policy") and c.padding_mode == "zeros"
             and not isinstance(c.padding, str))
-
-
-def _conv3d(x: jax.Array, weight: jax.Array, bias: jax.Array | None, c: torch.nn.Conv2d) -> jax.Array:
-    return conv(x, weight[:, :, None], bias, stride=(1, *c.stride), padding=(0, *c.padding),
-                dilation=(1, *c.dilation), groups=c.groups, **c.conv_policy.kwargs())
 
 
 def upsample(x: jax.Array, compress_time: bool) -> jax.Array:
@@ -80,7 +75,7 @@ class Conv3dUpsample3D(CogVideoXUpsample3D):
             return super().forward(inputs)
 
         def run(x, weight, bias):
-            return _conv3d(upsample(x, self.compress_time), weight, bias, self.conv)
+            return conv2d_per_frame(upsample(x, self.compress_time), weight, bias, self.conv)
 
         return interop.torch_view(run)(inputs, self.conv.weight, self.conv.bias)
 
@@ -96,7 +91,7 @@ class Conv3dDownsample3D(CogVideoXDownsample3D):
             if self.compress_time:
                 x = halve_time(x)
             x = jnp.pad(x, [(0, 0)] * 3 + [(0, 1), (0, 1)])  # upstream's F.pad(x, (0, 1, 0, 1))
-            return _conv3d(x, weight, bias, self.conv)
+            return conv2d_per_frame(x, weight, bias, self.conv)
 
         return interop.torch_view(run)(x, self.conv.weight, self.conv.bias)
 

@@ -58,6 +58,22 @@ def test_accelerator_plans_decode_wan22_paths_as_upstream(wan22_tiny_upstream, w
                  label=f"wan2.2-tiny {platform} plan fp32")
 
 
+def test_accelerator_plans_decode_tiles_as_upstream(wan_tiny_upstream, wan_tiny):
+    # Upstream's tiled decode, each tile group's frames one loop carrying its video (wan_video_carry).
+    tiling = {"tile_sample_min_height": 32, "tile_sample_min_width": 48,
+              "tile_sample_stride_height": 24, "tile_sample_stride_width": 32}
+    z = seeded_latents((1, 16, 3, 9, 13))
+    program = wan_tiny.programs.program(ProgramKey.of("cuda", tiling))
+    assert {"wan_video_carry", "wan_tile_batching"} <= set(program.plan.steps)
+    got = to_host_torch(program.jits["decode"](wan_tiny.weights, jnp.asarray(z.numpy())))
+    wan_tiny_upstream.enable_tiling(**tiling)
+    try:
+        expected = upstream_decode(wan_tiny_upstream, z)
+    finally:
+        wan_tiny_upstream.disable_tiling()
+    assert_close(got, expected, atol=1e-5, label="wan-tiny cuda plan tiled")
+
+
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
 def test_accelerator_plans_encode_as_upstream(wan_tiny_upstream, wan_tiny, wan22_tiny_upstream, wan22_tiny,
                                               platform):

@@ -23,18 +23,13 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanAttentionBlock
 
 from cogvideox_torchax.kernels.channel_attention import attention_channels_first
-from cogvideox_torchax.kernels.conv import conv
 from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
+from cogvideox_torchax.patches.conv import conv2d_per_frame
 
 
 def _pointwise(module: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """``module`` (a 1x1 ``Conv2d``) on ``(B, C, T, H, W)`` as a 1x1x1 3-D convolution with its policy."""
-
-    def run(x, weight, bias):
-        return conv(x, weight[:, :, None], bias, stride=(1, 1, 1), padding=(0, 0, 0), dilation=(1, 1, 1),
-                    groups=module.groups, **module.conv_policy.kwargs())
-
-    return interop.torch_view(run)(x, module.weight, module.bias)
+    return interop.torch_view(lambda v, w, b: conv2d_per_frame(v, w, b, module))(x, module.weight, module.bias)
 
 
 class ChannelsFirstWanAttentionBlock(WanAttentionBlock):

@@ -63,11 +63,16 @@ class WanFrameScanMixin:
         output, as upstream's tiled decode blends it.
         """
 
+        return scan_frames(self.frame_step(finish=finish), z, 1, 1, z.shape[2] - 1)
+
+    def frame_step(self, *, finish: bool):
+        """``(z_frame, cache) -> (frames, cache)``: one latent frame through the decoder (None: the first's cache)."""
+
         def step(z_frame, cache):
             out, cache = chunks.decode_chunk(self, z_frame, cache)
             return (chunks.finish(self, out) if finish else out), cache
 
-        return scan_frames(step, z, 1, 1, z.shape[2] - 1)
+        return step
 
     def _encode(self, x: torch.Tensor) -> torch.Tensor:
         _, _, num_frames, height, width = x.shape

@@ -21,26 +21,20 @@ import jax.numpy as jnp
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_wan import CACHE_T, WanResample
 
-from cogvideox_torchax.kernels.conv import conv
 from cogvideox_torchax.kernels.upsample import nearest
 from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
-
-
-def _conv3d(x: jax.Array, weight: jax.Array, bias: jax.Array | None, c: torch.nn.Conv2d) -> jax.Array:
-    # The 2-D kernel (O, I, kh, kw) as (O, I, 1, kh, kw), one frame deep.
-    return conv(x, weight[:, :, None], bias, stride=(1, *c.stride), padding=(0, *c.padding),
-                dilation=(1, *c.dilation), groups=c.groups, **c.conv_policy.kwargs())
+from cogvideox_torchax.patches.conv import conv2d_per_frame
 
 
 def upsample(x: jax.Array, weight: jax.Array, bias: jax.Array | None, c: torch.nn.Conv2d) -> jax.Array:
     """``WanUpsample(scale 2, "nearest-exact")`` and the ``Conv2d`` behind it, on ``(B, C, T, H, W)``."""
     t, h, w = x.shape[2:]
-    return _conv3d(nearest(x, (t, 2 * h, 2 * w), (None, 2.0, 2.0), exact=True), weight, bias, c)
+    return conv2d_per_frame(nearest(x, (t, 2 * h, 2 * w), (None, 2.0, 2.0), exact=True), weight, bias, c)
 
 
 def downsample(x: jax.Array, weight: jax.Array, bias: jax.Array | None, c: torch.nn.Conv2d) -> jax.Array:
     """``ZeroPad2d((0, 1, 0, 1))`` and the stride-2 ``Conv2d`` behind it, on ``(B, C, T, H, W)``."""
-    return _conv3d(jnp.pad(x, [(0, 0)] * 3 + [(0, 1), (0, 1)]), weight, bias, c)
+    return conv2d_per_frame(jnp.pad(x, [(0, 0)] * 3 + [(0, 1), (0, 1)]), weight, bias, c)
 
 
 class Conv3dWanResample(WanResample):

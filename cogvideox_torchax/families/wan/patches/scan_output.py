@@ -14,11 +14,9 @@ from __future__ import annotations
 import jax
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
-from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax.families.wan import chunks
 from cogvideox_torchax.families.wan.config_check import TEMPORAL_SCALE
-from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax, torchax
+from cogvideox_torchax.patches.base import Patch, add_mixin, torchax
 
 
 def decode_into_video(step, z: torch.Tensor) -> torch.Tensor:
@@ -55,22 +53,10 @@ def decode_into_video(step, z: torch.Tensor) -> torch.Tensor:
 
 
 class VideoCarryMixin:
-    """Overrides ``_decode``: the later latent frames as one loop carrying the video (tiled calls as upstream)."""
+    """Overrides `WanFrameScanMixin.decode_frames` (whole and tiled decodes): one loop carrying the video."""
 
-    def _decode(self, z: torch.Tensor, return_dict: bool = True):
-        _, _, _, height, width = z.shape
-        ratio = self.spatial_compression_ratio
-        tiled = self.use_tiling and (width > self.tile_sample_min_width // ratio
-                                     or height > self.tile_sample_min_height // ratio)
-        if tiled or not is_torchax(z):
-            return super()._decode(z, return_dict=return_dict)
-
-        def step(z_frame, cache):
-            out, cache = chunks.decode_chunk(self, z_frame, cache)
-            return chunks.finish(self, out), cache
-
-        dec = decode_into_video(step, z)
-        return DecoderOutput(sample=dec) if return_dict else (dec,)
+    def decode_frames(self, z: torch.Tensor, *, finish: bool) -> torch.Tensor:
+        return decode_into_video(self.frame_step(finish=finish), z)
 
 
 def apply_video_carry(vae: AutoencoderKLWan) -> int:
