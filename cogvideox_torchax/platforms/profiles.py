@@ -142,6 +142,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
                 "wan_resample_conv3d": _LAYOUTS_MEASURED,
                 "wan_attention_block": _LAYOUTS_MEASURED,
                 "wan_norm_input": _TPU_ONLY,
+                "wan_video_carry": "measured on CUDA and TPU only (their compilers' memory)",
             },
         ),
         # Time chunks made the whole-chip program larger on TPU.

@@ -2,7 +2,7 @@
 
 Lowered here for each platform and compiled by the targets' own compilers
 (the ``aot`` extra) at the tiny config's size; the figures at Wan 2.1's
-480p and 720p are on docs/results/wan-compiled-targets.md.
+480p and 720p are on docs/results/wan-compiled-targets-2026-11-28.md.
 """
 
 import math
@@ -37,7 +37,8 @@ def test_lowered_programs_convolve_bf16_channels_first_in_3d(wan_bf16, platform)
     # The resamplers' and the attention's convolutions 3-D too: no 2-D island of another layout.
     assert all(len(c.input_shape) == 5 and not c.channels_last for c in convs)
     # No activation-sized fp32 value stored: statistics and softmax inside fusible chains only.
-    found = escapes.fp32_escapes(text, min_elements=_TINY[0] * 3 * 9 * 64 * 128)
+    # (one scan step's output, 4 frames of the tiny decoder's 3 channels, is an activation of that size)
+    found = escapes.fp32_escapes(text, min_elements=_TINY[0] * 3 * 4 * 64 * 128)
     assert not found, "\n".join(found[:5])
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.families.wan.patches import attention_block, norm_input, resample, scan_output
+from cogvideox_torchax.families.wan.patches import attention_block, frame_scan, norm_input, resample, scan_output
 from cogvideox_torchax.platforms.build import build_plan
 from cogvideox_torchax.platforms.run_plan import Placement
 from cogvideox_torchax.vae.program_cache import ProgramKey
@@ -35,7 +35,7 @@ def test_each_platform_plans_its_patches(wan_tiny):
     assert LAYOUT | {"wan_norm_input"} <= tpu
     assert not (LAYOUT | {"wan_norm_input"}) & cpu
     forced = ct.RuntimeOptions(dtype="bfloat16", wan_norm_input=True)
-    with pytest.raises(ValueError, match="wan_norm_input=True cannot apply on cuda bfloat16 dp=1,tp=1: measured on TPU only"):
+    with pytest.raises(ValueError, match="wan_norm_input=True cannot apply on cuda bfloat16 dp=1,tp=1: measured"):
         build_plan(forced, Placement("cuda", "bfloat16"), "wan")
     assert "wan_norm_input" in build_plan(forced, Placement("tpu", "bfloat16", 1, 8), "wan").steps
 
@@ -58,20 +58,26 @@ def test_accelerator_plans_decode_wan22_paths_as_upstream(wan22_tiny_upstream, w
                  label=f"wan2.2-tiny {platform} plan fp32")
 
 
-def test_accelerator_plans_decode_tiles_as_upstream(wan_tiny_upstream, wan_tiny):
+@pytest.mark.parametrize(("config", "shape", "tile"), [
+    ("wan-tiny", (1, 16, 3, 9, 13), (32, 48, 24, 32)),
+    ("wan2.2-tiny", (1, 4, 2, 5, 7), (64, 64, 48, 48)),  # 2x2 patches: the tiles blended before unpatchifying
+])
+def test_accelerator_plans_decode_tiles_as_upstream(request, config, shape, tile):
     # Upstream's tiled decode, each tile group's frames one loop carrying its video (wan_video_carry).
-    tiling = {"tile_sample_min_height": 32, "tile_sample_min_width": 48,
-              "tile_sample_stride_height": 24, "tile_sample_stride_width": 32}
-    z = seeded_latents((1, 16, 3, 9, 13))
-    program = wan_tiny.programs.program(ProgramKey.of("cuda", tiling))
+    fixture = config.replace("-", "_").replace(".", "")
+    upstream, vae = request.getfixturevalue(f"{fixture}_upstream"), request.getfixturevalue(fixture)
+    tiling = dict(zip(("tile_sample_min_height", "tile_sample_min_width", "tile_sample_stride_height",
+                       "tile_sample_stride_width"), tile, strict=True))
+    z = seeded_latents(shape)
+    program = vae.programs.program(ProgramKey.of("cuda", tiling))
     assert {"wan_video_carry", "wan_tile_batching"} <= set(program.plan.steps)
-    got = to_host_torch(program.jits["decode"](wan_tiny.weights, jnp.asarray(z.numpy())))
-    wan_tiny_upstream.enable_tiling(**tiling)
+    got = to_host_torch(program.jits["decode"](vae.weights, jnp.asarray(z.numpy())))
+    upstream.enable_tiling(**tiling)
     try:
-        expected = upstream_decode(wan_tiny_upstream, z)
+        expected = upstream_decode(upstream, z)
     finally:
-        wan_tiny_upstream.disable_tiling()
-    assert_close(got, expected, atol=1e-5, label="wan-tiny cuda plan tiled")
+        upstream.disable_tiling()
+    assert_close(got, expected, atol=1e-5, label=f"{config} cuda plan tiled")
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
@@ -92,6 +98,8 @@ def test_accelerator_plans_encode_as_upstream(wan_tiny_upstream, wan_tiny, wan22
 )
 def test_the_patched_module_runs_eagerly_as_upstream(wan_tiny_upstream, apply):
     patched = copy.deepcopy(wan_tiny_upstream)
+    if apply is scan_output.apply_video_carry:  # it replaces the frame scan's loop, so it goes on top of it
+        frame_scan.apply_frame_scan(patched)
     assert apply(patched) >= 1 and apply(patched) == 0
     z = seeded_latents((1, 16, 3, 2, 3))
     x = torch.rand(1, 3, 5, 16, 16) * 2 - 1
@@ -100,6 +108,24 @@ def test_the_patched_module_runs_eagerly_as_upstream(wan_tiny_upstream, apply):
         assert torch.equal(patched.encode(x).latent_dist.mean, wan_tiny_upstream.encode(x).latent_dist.mean)
 
 
-def test_video_carry_refuses_another_family(tiny_upstream):
+def test_video_carry_refuses_another_family_and_a_module_without_the_frame_scan(tiny_upstream, wan_tiny_upstream):
     with pytest.raises(TypeError, match="AutoencoderKLWan"):
         scan_output.apply_video_carry(tiny_upstream)
+    with pytest.raises(ValueError, match="frame scan first"):
+        scan_output.apply_video_carry(copy.deepcopy(wan_tiny_upstream))
+
+
+def test_video_carry_refuses_a_step_of_another_length():
+    # The video's length is fixed before the loop: a step giving 3 frames where 4 are due would leave zeros.
+    import jax.numpy as jnp
+
+    from cogvideox_torchax.patches.base import torchax
+
+    env = torchax.default_env()
+
+    def step(z_frame, cache):
+        frames = 1 if cache is None else 3
+        return env.j2t_iso(jnp.zeros((1, 3, frames, 2, 2))), env.j2t_iso(jnp.zeros((1, 1)))
+
+    with env, pytest.raises(ValueError, match="gave 3 frames for each later latent frame, the video carry expects 4"):
+        scan_output.decode_into_video(step, env.j2t_iso(jnp.zeros((1, 16, 3, 2, 2))))

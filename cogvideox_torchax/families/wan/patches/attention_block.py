@@ -13,8 +13,8 @@ Upstream's values, to `wan_attention`'s rounding.
 
 Why: XLA GPU lays bf16 2-D convolutions out NHWC, 3-D ones NCDHW; the
 block's 2-D convolutions were the last NHWC ones of the CUDA program,
-with activation transposes into and out of them (figures in
-docs/design.md, "Wan's accelerator programs").
+with activation transposes into and out of them (docs/design.md, "Wan's
+accelerator programs"; figures in docs/results/wan-compiled-targets-2026-11-28.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ stay upstream's code.
 Why: XLA GPU lays bf16 2-D convolutions out NHWC and 3-D ones NCDHW, so
 each resampler was an island of another layout (Wan 2.1 at 720p x 81,
 compiled for an H200: 10 NHWC convolutions and 43 activation-sized
-transposes before; the figures after are in docs/design.md).
+transposes before with the attention block's, none after:
+docs/results/wan-compiled-targets-2026-11-28.md).
 """
 
 from __future__ import annotations

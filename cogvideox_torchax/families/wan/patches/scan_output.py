@@ -29,6 +29,7 @@ def decode_into_video(step, z: torch.Tensor) -> torch.Tensor:
     env = torchax.default_env()
     num_frames = z.shape[2]
     first, cache = step(z[:, :, :1], None)
+    _check_frames(first.shape[2], 1, "the first latent frame")
     if num_frames < 2:
         return first
     first_j, cache_j = env.t2j_iso((first, cache))
@@ -45,11 +46,18 @@ def decode_into_video(step, z: torch.Tensor) -> torch.Tensor:
         z_t = jax.lax.dynamic_slice_in_dim(latents, i, 1, axis=2)
         out, new_cache = step(*env.j2t_iso((z_t, cache)))
         out = env.t2j_iso(out)
+        _check_frames(out.shape[2], TEMPORAL_SCALE, "each later latent frame")
         video = jax.lax.dynamic_update_slice_in_dim(video, out, 1 + (i - 1) * TEMPORAL_SCALE, axis=2)
         return video, env.t2j_iso(new_cache)
 
     video, _ = jax.lax.fori_loop(1, num_frames, body, (video, cache_j))
     return env.j2t_iso(video)
+
+
+def _check_frames(got: int, expected: int, what: str) -> None:
+    # The video's length is fixed before the loop; a step of another length would leave frames unwritten.
+    if got != expected:
+        raise ValueError(f"the decoder gave {got} frames for {what}, the video carry expects {expected}")
 
 
 class VideoCarryMixin:
@@ -64,9 +72,15 @@ def apply_video_carry(vae: AutoencoderKLWan) -> int:
 
     Returns:
         1 if ``vae`` changed in this call, 0 if it already did.
+
+    Raises:
+        TypeError: ``vae`` is not an `AutoencoderKLWan`.
+        ValueError: the frame scan is not applied yet.
     """
     if not issubclass(type(vae), AutoencoderKLWan):
         raise TypeError(f"apply_video_carry expects an AutoencoderKLWan, got {type(vae).__name__}")
+    if not hasattr(vae, "frame_step"):
+        raise ValueError("apply_video_carry needs the frame scan first (apply_frame_scan): it replaces its loop")
     return add_mixin(vae, VideoCarryMixin)
 
 

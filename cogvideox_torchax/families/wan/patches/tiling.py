@@ -9,7 +9,8 @@ frame. Here the grid, blending and crop are upstream's (CogVideoX's shared
 `cogvideox_torchax.patches.tiling.decode_tiles`), tiles of one shape are
 stacked on the batch and decoded ``tiles_per_step`` at a time as scan
 steps, and each tile's frames run through the frame scan
-(`frame_scan.WanFrameScanMixin.decode_frames`): the program holds one
+(``decode_frames``: `frame_scan.WanFrameScanMixin`'s, or the video carry's
+where planned): the program holds one
 decoder per tile shape, whatever the tile count and the length.
 """
 
