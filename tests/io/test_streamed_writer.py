@@ -146,4 +146,6 @@ def test_bench_stream_stand_in_reports_both_regimes_for_each_setting():
     for r in streamed:
         assert r["frames_read"] == 17 and r["end_to_end_s"] >= r["decode_s"] >= r["first_frame_s"] > 0
         assert r["regime"] == ("device faster" if r["device"] == "4x" else "device slower")
-        assert r["met"] == (r["end_to_end_s"] <= r["bound_s"]) and r["floor_s"] > 0
+        # "met" is decided on the unrounded times: at a tie in milliseconds either answer is right.
+        assert r["met"] == (r["end_to_end_s"] <= r["bound_s"]) or r["end_to_end_s"] == r["bound_s"]
+        assert r["floor_s"] > 0
