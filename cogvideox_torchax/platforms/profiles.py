@@ -102,6 +102,15 @@ _GPU_NO_TIME_TAPS = (
 _LAYOUTS_MEASURED = "measured on CUDA and TPU only (their compilers' layouts and memory)"
 _CUDA_ONLY = "measured on CUDA only (compiled for an H200)"
 _TPU_ONLY = "measured on TPU only (compiled for v6e)"
+# The CPU and ROCm (never compiled here) skip the patches measured only on CUDA and TPU.
+_ACCELERATOR_ONLY = {
+    "resample_conv3d": _LAYOUTS_MEASURED,
+    "time_chunks": _CUDA_ONLY,
+    "wan_resample_conv3d": _LAYOUTS_MEASURED,
+    "wan_attention_block": _LAYOUTS_MEASURED,
+    "wan_norm_input": _TPU_ONLY,
+    "wan_video_carry": "measured on CUDA and TPU only (their compilers' memory)",
+}
 
 PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
     p.name: p
@@ -113,12 +122,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
             "cpu", gpu=False, conv_layout="channels-last", bias="accumulator", max_conv_elements=None,
             keep_barriers=KEEP_BARRIERS_COMPILER_OPTIONS,
             skips={
-                "resample_conv3d": _LAYOUTS_MEASURED,
-                "time_chunks": _CUDA_ONLY,
-                "wan_resample_conv3d": _LAYOUTS_MEASURED,
-                "wan_attention_block": _LAYOUTS_MEASURED,
-                "wan_norm_input": _TPU_ONLY,
-                "wan_video_carry": "measured on CUDA and TPU only (their compilers' memory)",
+                **_ACCELERATOR_ONLY,
             },
         ),
         PlatformProfile(
@@ -137,12 +141,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
             skips={
                 "time_tap_conv": _GPU_NO_TIME_TAPS,
                 "wan_time_taps": _GPU_NO_TIME_TAPS,
-                "resample_conv3d": _LAYOUTS_MEASURED,
-                "time_chunks": _CUDA_ONLY,
-                "wan_resample_conv3d": _LAYOUTS_MEASURED,
-                "wan_attention_block": _LAYOUTS_MEASURED,
-                "wan_norm_input": _TPU_ONLY,
-                "wan_video_carry": "measured on CUDA and TPU only (their compilers' memory)",
+                **_ACCELERATOR_ONLY,
             },
         ),
         # Time chunks made the whole-chip program larger on TPU.
