@@ -77,8 +77,10 @@ GPU_PREALLOCATED = 0.75
 # H100 without it (jax 0.10.2), 1.39 and 1.57 above jax 0.12's for an H200:
 # near the same bytes at 3x the pixels (22 % and 9 % of the program), so the
 # workspace of the largest convolutions, which the time chunks bound, not a
-# share of the program. The largest, rounded up; measured on Hopper only,
-# taken for every CUDA target.
+# share of the program. Wan 2.1's 720p program: 0.99 GiB, the whole of it
+# autotuning's (with it off, the device's bytes equal the compile-only
+# build's; results/h100-wan-autotune-2026-11-28.md). The largest, rounded
+# up; measured on Hopper only, taken for every CUDA target.
 CUDA_AUTOTUNE_ALLOWANCE = int(1.6 * 2**30)
 
 
