@@ -139,7 +139,10 @@ def test_bench_stream_stand_in_reports_both_regimes_for_each_setting():
     alone = {r["setting"]: r for r in report["rows"] if r["kind"] == "alone"}
     assert alone["default"]["held_back"] == 3 and alone["before"]["held_back"] == 17  # all of a 17-frame video
     assert all(r["frames_read"] == 17 and r["psnr_db"] > 30 for r in alone.values())
-    assert alone["before"]["bytes_at_before_psnr"] == pytest.approx(alone["before"]["bytes"], rel=1e-3)
+    # The writer before (libx264's own lookahead, sliced threads) is not bit-exact from run to run on every
+    # machine: four encodes of this video at crf 18 made 12,462 to 12,568 B on a 2-core AMD EPYC (2026-11-28),
+    # the decode command's writer 10,994 B each time. 2 % still tells its own point from the next crf's (~20 %).
+    assert alone["before"]["bytes_at_before_psnr"] == pytest.approx(alone["before"]["bytes"], rel=2e-2)
     streamed = [r for r in report["rows"] if r["kind"] == "streamed"]
     assert [(r["setting"], r["device"]) for r in streamed] == [
         ("default", "4x"), ("default", "0.5x"), ("before", "4x"), ("before", "0.5x")]
