@@ -11,6 +11,8 @@ the frames folded into the batch; the taps' products are summed in fp32,
 the bias added there, and the result cast once. Taps that would read only
 the zero frames of the causal padding are not computed (their products are
 zero), so a first chunk of one frame is one 2-D convolution, not three.
+The result leaves behind an optimization barrier, so the sum is written
+once (measured: docs/results/wan-cpu-2026-11-28.md).
 
 Unlike `kernels.causal_conv` (CogVideoX: partial sums carried as the
 cache) the cache here is upstream's own, input frames: Wan's blocks take it
@@ -116,7 +118,10 @@ def tap_conv3d(
         acc = jnp.zeros((n, t_out, h_out, w_out, c_out), jnp.float32)
     if bias is not None:
         acc = acc + bias.astype(jnp.float32)
-    return acc.astype(x.dtype).transpose(0, 4, 1, 2, 3)
+    # Behind a barrier XLA writes the sum once, channels-first; without one XLA:CPU adds the taps'
+    # fp32 products, transposing, again inside each consumer. XLA:CPU deletes barriers unless the
+    # program is compiled with the platform's `keep_barriers` options (the `wan_time_taps` patch's).
+    return jax.lax.optimization_barrier(acc.astype(x.dtype).transpose(0, 4, 1, 2, 3))
 
 
 def _hw_out(hw: Sequence[int], khw: Sequence[int], stride, padding, dilation) -> tuple[int, int]:

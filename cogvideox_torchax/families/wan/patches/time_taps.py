@@ -62,6 +62,12 @@ def apply_time_taps(vae: torch.nn.Module) -> int:
     return sum(add_mixin(m, TimeTapConvMixin) for m in vae.modules() if isinstance(m, WanCausalConv3d))
 
 
+def _keep_barriers(placement) -> dict[str, str] | None:
+    # The kernel's output barrier holds only where the compiler keeps barriers (XLA:CPU with these); the
+    # frame scan's barrier is kept with it.
+    return dict(placement.profile.keep_barriers) or None
+
+
 def _why_not(placement, applied: frozenset[str]) -> str | None:
     if placement.dtype != "float32":
         return "fp32 only: in bf16 and fp16 each tap's fp32 product would be an activation-sized fp32 tensor"
@@ -78,5 +84,6 @@ PATCHES = (
         families=("wan",),
         after=("conv_bias",),
         why_not=_why_not,
+        compiler_options=_keep_barriers,
     ),
 )
