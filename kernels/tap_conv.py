@@ -120,7 +120,7 @@ def tap_conv3d(
         acc = acc + bias.astype(jnp.float32)
     # Behind a barrier XLA writes the sum once, channels-first; without one XLA:CPU adds the taps'
     # fp32 products, transposing, again inside each consumer. XLA:CPU deletes barriers unless the
-    # program is compiled with the platform's `keep_barriers` options (the `wan_time_taps` patch's).
+    # program is compiled with the platform's `keep_barriers` options (the `wan_time_taps` patch asks for them).
     return jax.lax.optimization_barrier(acc.astype(x.dtype).transpose(0, 4, 1, 2, 3))
 
 

@@ -52,6 +52,11 @@ def _no_options(placement: Placement) -> dict[str, str] | None:
     return None
 
 
+def keep_barriers(placement: Placement) -> dict[str, str] | None:
+    """`Patch.compiler_options` of a patch whose optimization barriers must hold: the platform's `keep_barriers`."""
+    return dict(placement.profile.keep_barriers) or None
+
+
 @dataclasses.dataclass(frozen=True)
 class Patch:
     """One optimisation: a `RuntimeOptions` switch and what it does.

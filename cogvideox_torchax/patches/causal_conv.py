@@ -10,7 +10,7 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
 
 from cogvideox_torchax.kernels.causal_conv import causal_conv3d
-from cogvideox_torchax.patches.base import Patch, barrier, interop, is_torchax, swap_classes
+from cogvideox_torchax.patches.base import Patch, barrier, interop, is_torchax, keep_barriers, swap_classes
 
 
 class CachelessCausalConv3d(CogVideoXCausalConv3d):
@@ -193,10 +193,6 @@ def apply_time_tap_conv(vae: torch.nn.Module) -> int:
     return count
 
 
-def _keep_barriers(placement) -> dict[str, str] | None:
-    return dict(placement.profile.keep_barriers) or None
-
-
 def _time_taps_why_not(placement, applied: frozenset[str]) -> str | None:
     if placement.dtype != "float32":
         return "in bf16 and fp16 its per-tap fp32 partial sums would be activation-sized fp32 tensors"
@@ -219,7 +215,7 @@ PATCHES = (
         families=("cogvideox",),
         # Both swap causal convs by exact class: the trimmed ones first.
         after=("trim_conv_cache",),
-        compiler_options=_keep_barriers,
+        compiler_options=keep_barriers,
     ),
     Patch(
         "time_tap_conv", "layers",

@@ -2,9 +2,8 @@
 
 jax 0.10.2's XLA:CPU hands each 2-D convolution, with the elementwise work
 around it, to YNNPACK; on the project's 2-core CPU its own (Eigen) kernels
-run the time taps' channels-last 3x3 convolutions 1.1x to 1.3x faster in
-fp32, and Wan 2.1's decode at (1,16,3,16,16) takes 9.2 s instead of 10.4.
-jax 0.12's YNNPACK fusions are the faster (8.6 s against 9.2), so from jax
+run the time taps' channels-last 3x3 convolutions faster in fp32, and the
+decode with them. jax 0.12's YNNPACK fusions are the faster, so from jax
 0.11 on (0.11 not measured) the program keeps XLA's defaults. The option is
 one per compile (`Patch.compiler_options`): CogVideoX's programs and anyone
 else's are compiled as before. It needs the time taps: without them the

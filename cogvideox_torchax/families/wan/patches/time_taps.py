@@ -18,7 +18,7 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d
 
 from cogvideox_torchax.kernels.tap_conv import tap_conv3d
-from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax
+from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax, keep_barriers
 
 
 def _taps_apply(module: WanCausalConv3d) -> bool:
@@ -62,12 +62,6 @@ def apply_time_taps(vae: torch.nn.Module) -> int:
     return sum(add_mixin(m, TimeTapConvMixin) for m in vae.modules() if isinstance(m, WanCausalConv3d))
 
 
-def _keep_barriers(placement) -> dict[str, str] | None:
-    # The kernel's output barrier holds only where the compiler keeps barriers (XLA:CPU with these); the
-    # frame scan's barrier is kept with it.
-    return dict(placement.profile.keep_barriers) or None
-
-
 def _why_not(placement, applied: frozenset[str]) -> str | None:
     if placement.dtype != "float32":
         return "fp32 only: in bf16 and fp16 each tap's fp32 product would be an activation-sized fp32 tensor"
@@ -84,6 +78,7 @@ PATCHES = (
         families=("wan",),
         after=("conv_bias",),
         why_not=_why_not,
-        compiler_options=_keep_barriers,
+        # The kernel's output barrier holds only where barriers are kept (the frame scan's is kept with it).
+        compiler_options=keep_barriers,
     ),
 )
