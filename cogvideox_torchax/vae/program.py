@@ -45,11 +45,15 @@ class Program:
         self._jittable = interop.JittableModule(module)
         self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
         # The decode one latent frame batch at a time (`cogvideox_torchax.vae.stream`):
-        # (first batch?, "frames" or "video") -> (weights, z[, conv cache]) -> (output, conv cache).
+        # (first batch?, "frames" or "video", cache out?) -> (weights, z[, conv cache]) -> (output, conv cache).
+        # A video of one batch returns no cache: the whole decode of it computes none, and a cache
+        # kept live changes how XLA fuses the layers before it (1 float32 ulp apart on XLA:CPU).
         self.stream_jits = {
-            (first, output): jax.jit(self._batch(first, output))
+            (first, output, cache_out): jax.jit(self._batch(first, output, cache_out))
             for first in (True, False)
             for output in ("frames", "video")
+            for cache_out in (True, False)
+            if cache_out or first
         }
         self.executables: dict[tuple[str, tuple[int, ...]], jax.stages.Compiled] = {}
 
@@ -66,7 +70,7 @@ class Program:
 
         return run
 
-    def _batch(self, first: bool, output: str):
+    def _batch(self, first: bool, output: str, cache_out: bool = True):
         def decode_batch(module: torch.nn.Module, z: torch.Tensor, cache: Any) -> Any:
             # One iteration of upstream's decode loop, as its family runs it.
             return self.family.decode_batch(module, z, cache, first)
@@ -77,7 +81,7 @@ class Program:
                 weights_t, z_t, cache_t = env.j2t_iso((weights, z, cache))
                 cache_t = None if first else cache_t
                 out, new_cache = self._jittable.functional_call(decode_batch, weights_t, {}, z_t, cache_t)
-            out, new_cache = env.t2j_iso((out, new_cache))
+            out, new_cache = env.t2j_iso((out, new_cache if cache_out else None))
             if output == "frames":
                 return to_frames(out), new_cache
             return (out, jax.numpy.isfinite(out).all(axis=(1, 2, 3, 4))), new_cache

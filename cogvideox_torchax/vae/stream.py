@@ -66,10 +66,15 @@ def why_not_streamed(module: Any, shape: tuple[int, ...], programs: ProgramCache
     return None
 
 
-def _compile(programs: ProgramCache, first: bool, output: str, shape: tuple[int, ...], cache: Any) -> Any:
-    """The own program's first-batch or later-batch executable for a batch of ``shape`` (kept per shape)."""
+def _compile(programs: ProgramCache, first: bool, output: str, shape: tuple[int, ...], cache: Any,
+             cache_out: bool = True) -> Any:
+    """The own program's first-batch or later-batch executable for a batch of ``shape`` (kept per shape).
+
+    ``cache_out`` False: the first batch is the whole video, and its program
+    returns no cache (None), as the whole decode computes none.
+    """
     key = ProgramKey()
-    name = f"stream_{'first' if first else 'step'}_{output}"
+    name = f"stream_{'first' if first else 'step'}_{output}" + ("" if cache_out else "_only")
     with programs.lock:
         program = programs.program(key)
         if (name, shape) not in program.executables:
@@ -78,7 +83,7 @@ def _compile(programs: ProgramCache, first: bool, output: str, shape: tuple[int,
             with TRACING, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
                 args = (programs.weights, spec) if first else (programs.weights, spec, cache)
-                lowered = program.stream_jits[first, output].trace(*args).lower()
+                lowered = program.stream_jits[first, output, cache_out].trace(*args).lower()
             program.executables[name, shape] = lowered.compile(compiler_options=programs.compiler_options(key))
         return program.executables[name, shape]
 
@@ -95,7 +100,7 @@ def executables(programs: ProgramCache, shape: tuple[int, ...], output: str) -> 
     """The first-batch executable and the later-batch one (None for a single batch) for latents of ``shape``."""
     ranges = programs.family.stream_batches(programs.own.module, shape[2])
     b, c, _, h, w = shape
-    first = _compile(programs, True, output, (b, c, ranges[0][1], h, w), None)
+    first = _compile(programs, True, output, (b, c, ranges[0][1], h, w), None, cache_out=len(ranges) > 1)
     if len(ranges) == 1:
         return first, None
     (start, stop) = ranges[1]
