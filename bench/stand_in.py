@@ -98,6 +98,20 @@ def cogvideox_batches(frames: int) -> list[int]:
     return sizes
 
 
+def wan_batches(frames: int) -> list[int]:
+    """The frames of each batch `decode_stream` yields for a Wan video of ``frames`` (``4k + 1``) frames.
+
+    Upstream decodes one latent frame a batch: 1 video frame, then 4 each.
+    """
+    if frames < 1 or (frames - 1) % 4:
+        raise ValueError(f"a Wan video has 4k + 1 frames, got {frames}")
+    return [1] + [4] * ((frames - 1) // 4)
+
+
+# The device's batches by family, as `--batches` names them.
+BATCHES = {"cogvideox": cogvideox_batches, "wan": wan_batches}
+
+
 @dataclasses.dataclass(frozen=True)
 class Chunk:
     """What the writer takes from `decode_stream`: ``data`` uint8 ``(B, F, H, W, 3)``, ``finite`` ``(B,)``."""
@@ -175,14 +189,14 @@ def write_alone(writer: Any, video: np.ndarray) -> float:
     return time.perf_counter() - start
 
 
-def write_streamed(writer: Any, video: np.ndarray, fps: float) -> Any:
+def write_streamed(writer: Any, video: np.ndarray, fps: float, batches: list[int] | None = None) -> Any:
     """The decode command's streamed write (`write_while_decoding`) behind a `StandIn` of ``fps``: its `StreamTimes`."""
     import contextlib
 
     from cogvideox_torchax.cli import streamed_write
 
     return streamed_write.write_while_decoding(
-        iter(StandIn(video, fps)), lambda i: writer, 1, check=lambda c: None, on_decoded=lambda n: None,
+        iter(StandIn(video, fps, batches)), lambda i: writer, 1, check=lambda c: None, on_decoded=lambda n: None,
         on_written=lambda: None, guard=lambda i, n: contextlib.nullcontext())
 
 
@@ -230,6 +244,8 @@ def add_arguments(p: Any) -> None:
     g.add_argument("--content", default="pan", help="--stand-in: pan (the camera moves) and/or still, comma list")
     g.add_argument("--settings", default="default,before",
                    help="--stand-in: writer settings (bench.writer_settings.SETTINGS), comma list")
+    g.add_argument("--batches", default="cogvideox", help="--stand-in: the device's batches, comma list: cogvideox "
+                   "(9 frames, then 8) and/or wan (1 frame, then 4)")
     g.add_argument("--cores", default="2", help="--stand-in: cores given to the writer, comma list (first N)")
     g.add_argument("--rd-crfs", default="", help="--stand-in: crfs to encode each setting at too, for its size at "
                    "the 'before' setting's PSNR at --crf (e.g. 12,14,16,18,20,22)")
@@ -269,8 +285,9 @@ def run(args: Any) -> dict:
             height, width, frames = (int(v) for v in text.split("x"))
             for content in args.content.split(","):
                 video = textured_video(frames, height, width, camera=content == "pan")
-                base = {"video": text, "content": content, "crf": args.crf}
-                rows += _video_rows(args, video, base, Path(d) / "v.mp4")
+                for family in args.batches.split(","):
+                    base = {"video": text, "content": content, "crf": args.crf, "batches": family}
+                    rows += _video_rows(args, video, BATCHES[family](frames), base, Path(d) / "v.mp4")
     return {"rows": rows}
 
 
@@ -282,12 +299,12 @@ def _progress(row: dict) -> dict:
     return row
 
 
-def _video_rows(args: Any, video: np.ndarray, base: dict, dest: Path) -> list[dict]:
+def _video_rows(args: Any, video: np.ndarray, batches: list[int], base: dict, dest: Path) -> list[dict]:
     import statistics
 
     from bench.writer_settings import SETTINGS
 
-    frames, batches = len(video), cogvideox_batches(len(video))
+    frames = len(video)
     counts = [int(c) for c in args.cores.split(",")]
     crfs = [int(c) for c in args.rd_crfs.split(",") if c]
     rows, rd = [], {}
@@ -315,7 +332,7 @@ def _video_rows(args: Any, video: np.ndarray, base: dict, dest: Path) -> list[di
                     runs = []
                     for _ in range(args.repeats):
                         load = quiet(args.max_load)
-                        runs.append((write_streamed(open_writer(dest, args.crf, given), video, fps), load))
+                        runs.append((write_streamed(open_writer(dest, args.crf, given), video, fps, batches), load))
                     t, load = sorted(runs, key=lambda r: r[0].end_to_end_s)[len(runs) // 2]
                     rows.append(_progress({**row, "kind": "streamed", "device": speed, "device_fps": round(fps, 2),
                                            **_bounds(t, seconds, batches, frames / fps),
@@ -359,11 +376,12 @@ def print_report(report: dict) -> None:
         print(f"{r['video']:<14} {r['content']:<8} {r['setting']:<14} {r['cores']:>5} {r['seconds']:>8.2f} "
               f"{r['fps']:>9.1f}  {r['bytes']:<10} {r['psnr_db']:>7.2f} {r['held_back']:>5}  {r['load']}")
     print()
-    print("video          setting        cores  device   decode s  first s  end s  alone s  end/alone  "
+    print("video          batches    setting        cores  device   decode s  first s  end s  alone s  end/alone  "
           "(end-decode)/alone  bound s  met  floor s  load")
     for r in report["rows"]:
         if r["kind"] == "streamed":
-            print(f"{r['video']:<14} {r['setting']:<14} {r['cores']:>5}  {r['device']:<7} {r['decode_s']:>8.2f} "
+            print(f"{r['video']:<14} {r.get('batches', 'cogvideox'):<10} {r['setting']:<14} {r['cores']:>5}  "
+                  f"{r['device']:<7} {r['decode_s']:>8.2f} "
                   f"{r['first_frame_s']:>8.2f} {r['end_to_end_s']:>6.2f} {r['alone_s']:>8.2f} {r['over_alone']:>10.3f}"
                   f"  {r['after_decode_of_alone']:>18.3f} {r['bound_s']:>8.2f}  {'yes' if r['met'] else 'no ':<3}"
                   f" {r['floor_s']:>8.2f}  {r['load']}")

@@ -152,3 +152,54 @@ def test_bench_stream_stand_in_reports_both_regimes_for_each_setting():
         # "met" is decided on the unrounded times: at a tie in milliseconds either answer is right.
         assert r["met"] == (r["end_to_end_s"] <= r["bound_s"]) or r["end_to_end_s"] == r["bound_s"]
         assert r["floor_s"] > 0
+
+
+@pytest.mark.parametrize(("family", "preset"), [("cogvideox", "cogvideox-2b"), ("wan", "wan2.1")])
+def test_the_stand_ins_batches_are_the_familys_stream_batches(family, preset):
+    import types
+
+    from cogvideox_torchax import families
+    from cogvideox_torchax.config import preset_config
+
+    record, config = families.get(family), preset_config(preset)
+    module = types.SimpleNamespace(num_latent_frames_batch_size=2, config=config)  # CogVideoX's upstream default
+
+    def frames(t):
+        return 0 if t == 0 else record.frames_of(config, t)
+
+    for latent in (1, 13, 21):
+        expected = [frames(stop) - frames(start) for start, stop in record.stream_batches(module, latent)]
+        assert stand_in.BATCHES[family](frames(latent)) == expected, (family, latent)
+
+
+def test_bench_stream_stand_in_takes_wans_batches():
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "bench.stream", "--stand-in", "4x", "--videos", "64x96x17", "--settings", "default",
+           "--batches", "wan", "--cores", "1", "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)["rows"]
+    assert [(r["kind"], r["batches"]) for r in rows] == [("alone", "wan"), ("streamed", "wan")]
+    streamed = rows[1]
+    assert streamed["frames_read"] == 17
+    # The last batch is 4 frames of 17 (the writer's own time for them: the floor's tail); three roundings.
+    assert streamed["floor_s"] >= streamed["decode_s"] + streamed["alone_s"] * 4 / 17 - 2e-3
+
+
+def test_the_streamed_write_hands_over_the_batches_it_is_given(frames):
+    class Writer:  # records each hand-over
+        sizes: list = []
+
+        def write(self, batch, tick=None):
+            self.sizes.append(len(batch))
+
+        def close(self):
+            pass
+
+    stand_in.write_streamed(Writer(), frames[:17], 1e6, stand_in.wan_batches(17))
+    assert Writer.sizes == [1, 4, 4, 4, 4]
+    with pytest.raises(ValueError, match="4k \\+ 1"):
+        stand_in.wan_batches(16)
