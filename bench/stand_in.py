@@ -5,8 +5,9 @@ fractal-noise landscape under a slow pan, zoom and turn, and a textured
 disc crossing it): content an encoder must work on, unlike flat colour or
 gradients, and unlike noise, which no encoder can predict. `StandIn`
 yields it in the batches the device would (CogVideoX: 9 frames, then 8 per
-latent frame pair) at a set speed, so the writer sees what it would see
-behind a device of that speed, with none of the host's cores used.
+latent frame pair; Wan: 1, then 4 per latent frame) at a set speed, so the
+writer sees what it would see behind a device of that speed, with none of
+the host's cores used.
 """
 
 from __future__ import annotations
@@ -280,6 +281,9 @@ def run(args: Any) -> dict:
     import tempfile
 
     rows: list[dict] = []
+    unknown = sorted(set(args.batches.split(",")) - set(BATCHES))
+    if unknown:
+        raise SystemExit(f"--batches: unknown {', '.join(unknown)} (known: {', '.join(BATCHES)})")
     with tempfile.TemporaryDirectory() as d:
         for text in args.videos.split(","):
             height, width, frames = (int(v) for v in text.split("x"))
