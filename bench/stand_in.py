@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Iterator
@@ -85,32 +86,36 @@ def textured_video(frames: int, height: int, width: int, seed: int = 0, camera: 
     return out
 
 
-def cogvideox_batches(frames: int) -> list[int]:
-    """The frames of each batch `decode_stream` yields for a CogVideoX video of ``frames`` (``4k + 1``) frames.
+# The preset whose upstream module `device_batches` reads each family's batches on (its tiny config).
+BATCH_PRESETS = {"cogvideox": "tiny", "wan": "wan-tiny"}
 
-    Upstream decodes 2 latent frames a batch (8 video frames), the first batch
-    taking the odd one (3 latent frames: 9 video frames).
+
+@functools.cache
+def device_batches(family: str, frames: int) -> tuple[int, ...]:
+    """The frames of each batch `decode_stream` yields for a ``frames``-frame video of ``family``.
+
+    Read from the family's record (`Family.stream_batches` over
+    `Family.frames_of`) on its tiny preset's upstream module: CogVideoX's 9,
+    then 8 a batch; Wan's 1, then 4.
+
+    Raises:
+        ValueError: an unknown family, or a frame count its videos cannot have.
     """
-    latent = (frames - 1) // 4 + 1
-    count, extra = max(latent // 2, 1), latent % 2
-    ranges = [(0 if i == 0 else 2 * i + extra, min(2 * (i + 1) + extra, latent)) for i in range(count)]
-    sizes = [4 * (stop - start) - (3 if start == 0 else 0) for start, stop in ranges]
-    assert sum(sizes) == frames, (frames, sizes)
-    return sizes
+    from cogvideox_torchax import families
+    from cogvideox_torchax.loading import random_upstream
 
+    if family not in BATCH_PRESETS:
+        raise ValueError(f"unknown family {family!r} (known: {', '.join(BATCH_PRESETS)})")
+    module = random_upstream(BATCH_PRESETS[family])
+    record, config = families.get(family), module.config
+    counts = {record.frames_of(config, t): t for t in range(frames, 0, -1)}  # the fewest latents win
+    if frames not in counts:
+        raise ValueError(f"no {family} decode gives {frames} frames (its videos have {record.frame_rule(config)})")
 
-def wan_batches(frames: int) -> list[int]:
-    """The frames of each batch `decode_stream` yields for a Wan video of ``frames`` (``4k + 1``) frames.
+    def total(t: int) -> int:
+        return 0 if t == 0 else record.frames_of(config, t)
 
-    Upstream decodes one latent frame a batch: 1 video frame, then 4 each.
-    """
-    if frames < 1 or (frames - 1) % 4:
-        raise ValueError(f"a Wan video has 4k + 1 frames, got {frames}")
-    return [1] + [4] * ((frames - 1) // 4)
-
-
-# The device's batches by family, as `--batches` names them.
-BATCHES = {"cogvideox": cogvideox_batches, "wan": wan_batches}
+    return tuple(total(stop) - total(start) for start, stop in record.stream_batches(module, counts[frames]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +138,7 @@ class StandIn:
 
     def __init__(self, video: np.ndarray, fps: float, batches: list[int] | None = None):
         self.video, self.fps = video, fps
-        self.batches = batches or cogvideox_batches(len(video))
+        self.batches = batches or list(device_batches("cogvideox", len(video)))
 
     def __iter__(self) -> Iterator[Chunk]:
         start = time.perf_counter()
@@ -281,9 +286,9 @@ def run(args: Any) -> dict:
     import tempfile
 
     rows: list[dict] = []
-    unknown = sorted(set(args.batches.split(",")) - set(BATCHES))
+    unknown = sorted(set(args.batches.split(",")) - set(BATCH_PRESETS))
     if unknown:
-        raise SystemExit(f"--batches: unknown {', '.join(unknown)} (known: {', '.join(BATCHES)})")
+        raise SystemExit(f"--batches: unknown {', '.join(unknown)} (known: {', '.join(BATCH_PRESETS)})")
     with tempfile.TemporaryDirectory() as d:
         for text in args.videos.split(","):
             height, width, frames = (int(v) for v in text.split("x"))
@@ -291,7 +296,7 @@ def run(args: Any) -> dict:
                 video = textured_video(frames, height, width, camera=content == "pan")
                 for family in args.batches.split(","):
                     base = {"video": text, "content": content, "crf": args.crf, "batches": family}
-                    rows += _video_rows(args, video, BATCHES[family](frames), base, Path(d) / "v.mp4")
+                    rows += _video_rows(args, video, list(device_batches(family, frames)), base, Path(d) / "v.mp4")
     return {"rows": rows}
 
 

@@ -15,7 +15,7 @@ from bench import stand_in
 from bench.writer_settings import BEFORE, SETTINGS, SegmentedWriter
 from cogvideox_torchax.io import video
 
-BATCHES = stand_in.cogvideox_batches(49)  # [9, 8, 8, 8, 8, 8]
+BATCHES = list(stand_in.device_batches("cogvideox", 49))  # [9, 8, 8, 8, 8, 8]
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,6 @@ def test_the_stand_in_yields_the_devices_batches_on_its_schedule(frames):
     assert [(s, n) for s, n, _ in arrived] == [(0, 9), (9, 8), (17, 8), (25, 8), (33, 8), (41, 8)]
     for s, n, t in arrived:
         assert t >= (s + n) / fps - 1e-3  # never before a device of that speed would have the batch
-    assert stand_in.cogvideox_batches(81) == [9] + [8] * 9 and stand_in.cogvideox_batches(1) == [1]
     # Textured: neither flat nor noise (neighbouring pixels alike, frames unlike), the same every time.
     assert frames.std() > 30 and np.abs(np.diff(frames.astype(int), axis=2)).mean() < 12
     assert np.abs(frames[1].astype(int) - frames[0]).mean() > 1
@@ -154,22 +153,18 @@ def test_bench_stream_stand_in_reports_both_regimes_for_each_setting():
         assert r["floor_s"] > 0
 
 
-@pytest.mark.parametrize(("family", "preset"), [("cogvideox", "cogvideox-2b"), ("wan", "wan2.1")])
-def test_the_stand_ins_batches_are_the_familys_stream_batches(family, preset):
-    import types
-
-    from cogvideox_torchax import families
-    from cogvideox_torchax.config import preset_config
-
-    record, config = families.get(family), preset_config(preset)
-    module = types.SimpleNamespace(num_latent_frames_batch_size=2, config=config)  # CogVideoX's upstream default
-
-    def frames(t):
-        return 0 if t == 0 else record.frames_of(config, t)
-
-    for latent in (1, 13, 21):
-        expected = [frames(stop) - frames(start) for start, stop in record.stream_batches(module, latent)]
-        assert stand_in.BATCHES[family](frames(latent)) == expected, (family, latent)
+def test_the_stand_ins_batches_are_each_familys_stream_batches():
+    # Read from the family records; upstream's loops: CogVideoX 2 latent frames a batch (the odd one first,
+    # 3 -> 9 frames), Wan 1 (1 frame, then 4).
+    assert stand_in.device_batches("cogvideox", 49) == (9, 8, 8, 8, 8, 8)
+    assert stand_in.device_batches("cogvideox", 81) == (9, *[8] * 9)
+    assert stand_in.device_batches("cogvideox", 1) == (1,)
+    assert stand_in.device_batches("wan", 17) == (1, 4, 4, 4, 4)
+    assert stand_in.device_batches("wan", 1) == (1,)
+    with pytest.raises(ValueError, match="4k\\+1"):
+        stand_in.device_batches("wan", 16)
+    with pytest.raises(ValueError, match="unknown family"):
+        stand_in.device_batches("ltx", 17)
 
 
 def test_bench_stream_stand_in_takes_wans_batches():
@@ -201,7 +196,5 @@ def test_the_streamed_write_hands_over_the_batches_it_is_given(frames):
         def close(self):
             pass
 
-    stand_in.write_streamed(Writer(), frames[:17], 1e6, stand_in.wan_batches(17))
+    stand_in.write_streamed(Writer(), frames[:17], 1e6, [1, 4, 4, 4, 4])
     assert Writer.sizes == [1, 4, 4, 4, 4]
-    with pytest.raises(ValueError, match="4k \\+ 1"):
-        stand_in.wan_batches(16)

@@ -20,7 +20,7 @@ from bench.writer_settings import SETTINGS  # noqa: E402
 height, width, frames = (int(v) for v in sys.argv[1].split("x"))
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 video = stand_in.textured_video(frames, height, width)
-batches = stand_in.cogvideox_batches(frames)
+batches = list(stand_in.device_batches("cogvideox", frames))
 folder = Path(tempfile.mkdtemp())
 open_writer = SETTINGS["default"][1]
 

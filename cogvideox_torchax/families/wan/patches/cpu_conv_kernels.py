@@ -42,8 +42,8 @@ PATCHES = (
         "wan_cpu_conv_kernels", "layers",
         "Compile Wan's time-tap programs with XLA:CPU's YNNPACK fusions off "
         "(`xla_cpu_experimental_ynn_fusion_type` empty), so XLA's own kernels run the 2-D convolutions: "
-        "1.1x to 1.3x faster on the 2-core CPU measured. CPU, fp32 and jax 0.10 only (jax 0.12's YNNPACK "
-        "fusions are the faster), with `wan_time_taps`.",
+        "faster on the 2-core CPU measured (docs/results/wan-cpu-2026-11-28.md). CPU, fp32 and jax 0.10 only "
+        "(jax 0.12's YNNPACK fusions are the faster), with `wan_time_taps`.",
         None,
         families=("wan",),
         requires=("wan_time_taps",),
