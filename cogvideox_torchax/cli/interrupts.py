@@ -5,7 +5,12 @@ Each signal raises a `KeyboardInterrupt` (SIGTERM and SIGHUP the subclass
 next, so every cleanup that handles Ctrl-C handles them too. Only the first
 signal raises: later ones, while the command cleans up after the first, are
 remembered and ignored (a second Ctrl-C 50 ms later must not kill the
-process in the middle of removing its temporaries).
+process in the middle of removing its temporaries). A signal during an
+import on the main thread is raised when the outermost import ends: raised
+inside one, it aborts the process from native code (torch's
+``_autograd_init`` calls back into Python and cannot pass an exception on:
+SIGABRT), segfaults, or leaves a half-imported numpy that recurses on the
+next attribute.
 
 Run as a process (``python -m cogvideox_torchax.decode``), a command keeps
 its handlers to the end and leaves with `leave`: ``os._exit`` after
@@ -152,6 +157,38 @@ def leave(code: int, say_signalled: Callable[[KeyboardInterrupt], None]) -> None
     os._exit(code)
 
 
+def _imports_whole() -> Callable[[], None]:
+    """Defers a signal on the main thread to the end of the outermost import; returns the undo."""
+    import importlib._bootstrap as bootstrap
+
+    original = getattr(bootstrap, "_find_and_load", None)
+    if original is None:
+        return lambda: None
+    main = threading.main_thread().ident
+
+    def find_and_load(name: str, import_: Any) -> Any:
+        global _deferring
+        if _deferring or threading.get_ident() != main:
+            return original(name, import_)
+        before = _interrupted
+        _deferring += 1
+        try:
+            return original(name, import_)
+        finally:
+            _deferring -= 1
+            # Only a signal that came during this import (one before it was
+            # raised already: the command may be importing while it cleans up).
+            if before is None and _interrupted is not None and not _finishing:
+                raise _raised(_interrupted)  # noqa: B012 - the module is whole; the interrupt replaces its return
+
+    def undo() -> None:
+        if getattr(bootstrap, "_find_and_load", None) is find_and_load:  # nobody wrapped it after us
+            bootstrap._find_and_load = original
+
+    bootstrap._find_and_load = find_and_load
+    return undo
+
+
 @contextlib.contextmanager
 def handled(keep: bool = False) -> Iterator[None]:
     """Within: SIGINT, SIGTERM and SIGHUP raise (once) and are remembered for `check_interrupted`.
@@ -171,9 +208,11 @@ def handled(keep: bool = False) -> Iterator[None]:
             previous[signum] = signal.signal(signum, _on_signal)
     previous_unraisable = sys.unraisablehook
     sys.unraisablehook = _unraisable(previous_unraisable)
+    unwrap_imports = _imports_whole() if previous else (lambda: None)
     try:
         yield
     finally:
+        unwrap_imports()
         if keep:
             finishing()  # the handlers stay until `leave`
         else:

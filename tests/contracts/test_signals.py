@@ -105,3 +105,31 @@ def test_a_signal_at_any_moment_ends_with_its_code_and_one_line(tmp_path, inputs
             assert said in last, f"{where}\n{err}"
         elif left:  # (before the options are read, the line cannot know it is a many-latents run)
             assert "the videos already written stay" in last, f"{where}\n{err}"
+
+
+def test_a_signal_during_an_import_is_raised_once_the_import_is_whole(tmp_path):
+    # Raised inside an import, an interrupt can abort the process from native
+    # code (torch's autograd init calls back into Python: SIGABRT) or leave a
+    # half-imported numpy; so it waits for the outermost import to end. The
+    # module here signals its own process halfway through its body. In a child
+    # process: after a signal the handlers ignore further ones.
+    (tmp_path / "signals_halfway.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGHUP)\nfor _ in range(10000):\n    pass\nwhole = True\n"
+    )
+    (tmp_path / "imported_while_cleaning_up.py").write_text("whole = True\n")
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from cogvideox_torchax.cli import interrupts\n"
+        "with interrupts.handled():\n"
+        "    try:\n"
+        "        import signals_halfway\n"
+        "        print('not raised')\n"
+        "    except interrupts.Terminated as e:\n"
+        "        print('raised', e.code, getattr(sys.modules.get('signals_halfway'), 'whole', False))\n"
+        "    import imported_while_cleaning_up  # the signal was raised already: not again\n"
+        "    print('cleaned up', imported_while_cleaning_up.whole)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["raised 129 True", "cleaned up True"], done.stdout + done.stderr
