@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=None, help="seconds one compile may take (default: no limit)")
     p.add_argument("--hlo-dir", default=None, help="write each optimized HLO text here")
     p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.add_argument("--option", action="append", default=[], metavar="NAME=BOOL",
+                   help="a RuntimeOptions switch for ours, e.g. wan_tail_chunks=true (repeatable)")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: compile one system in this process
     return p
 
@@ -77,7 +79,8 @@ def _model_for(shape: tuple[int, ...], model: str | None) -> str:
     return MODELS.get(tuple(shape[2:]), "random:cogvideox-2b")
 
 
-def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: tuple[int, ...]) -> dict[str, Any]:
+def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: tuple[int, ...],
+                 option: list[str] = ()) -> dict[str, Any]:
     import jax
 
     import cogvideox_torchax as ct
@@ -93,6 +96,8 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
         "system": system, "target": acc.name, "mesh": dict(on.shape), "model": model, "shape": list(shape),
         "dtype": "bfloat16",
     }
+    if option and system == "ours":
+        row["options"] = list(option)
     from cogvideox_torchax import families
 
     if system == "flax" and families.of_module(upstream).name != "cogvideox":
@@ -112,7 +117,7 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
     row["load_1min"] = [round(os.getloadavg()[0], 2)]
     t_build = time.perf_counter()
     if system in _TORCHAX:
-        vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=_options(system))
+        vae = ct.wrap(upstream, mesh="dp=1,tp=1", options=_options(system, option))
         if system == "tiled":
             vae.enable_tiling()  # upstream's defaults
             row["tiling"] = {k: v for k, v in vars(vae.module).items() if k.startswith("tile_")}
@@ -153,12 +158,13 @@ def _compile_one(system: str, target: str, mesh: str | None, model: str, shape: 
     return row
 
 
-def _options(system: str):
-    """Ours: the library's defaults (every switch where its plan applies it); plain torchax: every switch off."""
+def _options(system: str, option: list[str] = ()):
+    """Ours: the library's defaults and the ``--option`` switches; plain torchax: every switch off."""
     import cogvideox_torchax as ct
+    from bench import inputs
 
     if system == "ours":
-        return ct.RuntimeOptions(dtype="bfloat16")
+        return inputs.options(argparse.Namespace(dtype="bfloat16", option=list(option)))
     return ct.RuntimeOptions(dtype="bfloat16", **{name: False for name in ct.RuntimeOptions.switches()})
 
 
@@ -185,6 +191,8 @@ def _run_child(system: str, target: str, args: argparse.Namespace, shape: tuple[
         cmd += ["--model", args.model]
     if args.hlo_dir:
         cmd += ["--hlo-dir", args.hlo_dir]
+    for item in args.option:
+        cmd += ["--option", item]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -257,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"error: --target: {e}") from None
     if args.one:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        row = _compile_one(args.one, targets_[0], args.mesh, _model_for(shapes[0], args.model), shapes[0])
+        row = _compile_one(args.one, targets_[0], args.mesh, _model_for(shapes[0], args.model), shapes[0], args.option)
         text = row.pop("_hlo", None)
         if args.hlo_dir and text is not None:
             name = f"{row['system']}-{row['target']}-tp{row['mesh']['tp']}-{'x'.join(map(str, shapes[0]))}.hlo.txt"
