@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 # The fields every result carries, null where a figure does not apply.
 RESULT_KEYS = (
     "system",
@@ -495,3 +497,13 @@ def test_stream_torch_row_decodes_on_the_gpu_in_the_runs_dtype(monkeypatch):
     assert torch_placement("bf16") == ("cuda", "bfloat16")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert torch_placement("bf16") == ("cpu", "float32")  # the CPU: today's fp32 row
+
+
+def test_targets_option_sets_a_switch_for_ours_and_plain_torchax_keeps_every_switch_off():
+    from bench import targets
+
+    assert targets._options("ours", ["wan_tail_chunks=true"]).switch("wan_tail_chunks") is True
+    assert targets._options("ours", []).switch("wan_tail_chunks") is None
+    assert targets._options("torchax", ["wan_tail_chunks=true"]).switch("wan_tail_chunks") is False
+    with pytest.raises(SystemExit, match="expected NAME=true"):
+        targets._options("ours", ["wan_tail_chunks=maybe"])
