@@ -81,6 +81,8 @@ class Patch:
         overrides: for a patch that acts while tracing, the torch functions
             it replaces on our traced torchax environment and their
             replacements (`registry.environment`).
+        opt_in: for a switch the default leaves off on some placements, why
+            it does there (None: on by default); set True, it applies there.
     """
 
     switch: str
@@ -93,6 +95,7 @@ class Patch:
     compiler_options: Callable[[Placement], dict[str, str] | None] = _no_options
     families: tuple[str, ...] | None = None
     overrides: Callable[[], Mapping[Any, Callable[..., Any]]] | None = None
+    opt_in: Callable[[Placement], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:

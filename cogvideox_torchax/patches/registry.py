@@ -136,5 +136,6 @@ def switches_markdown(found: Iterable[Patch] | None = None) -> str:
     for i, p in enumerate(patches() if found is None else found, 1):
         needs = ", ".join(f"`{n}`" for n in p.requires) or "-"
         which = "" if p.families is None else ", ".join(families.get(f).title for f in p.families) + " only: "
+        which += "" if p.opt_in is None else "**off by default where its plan says why.** "
         rows.append(f"| {i} | `{p.switch}` | {p.stage} | {needs} | {which}{p.doc.replace('|', '/')} |")
     return "\n".join(rows) + "\n"

@@ -72,6 +72,10 @@ def build_plan(options: RuntimeOptions, placement: Placement, family: str | None
         wanted = options.switch(patch.switch)
         if wanted is False:
             continue
+        off = patch.opt_in(placement) if wanted is None and patch.opt_in is not None else None
+        if off is not None:
+            skipped.append((patch.switch, f"off unless set True: {off}"))
+            continue
         why = why_not(patch, placement, frozenset(applied))
         if why is None:
             applied.append(patch.switch)
