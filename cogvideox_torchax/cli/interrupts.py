@@ -10,7 +10,8 @@ import on the main thread is raised when the outermost import ends: raised
 inside one, it aborts the process from native code (torch's
 ``_autograd_init`` calls back into Python and cannot pass an exception on:
 SIGABRT), segfaults, or leaves a half-imported numpy that recurses on the
-next attribute.
+next attribute. A second signal while that import still holds the first
+raises at once: an import that hangs can still be interrupted.
 
 Run as a process (``python -m cogvideox_torchax.decode``), a command keeps
 its handlers to the end and leaves with `leave`: ``os._exit`` after
@@ -49,6 +50,8 @@ _interrupted: int | None = None  # the first signal's number
 _signalled = False  # a real signal arrived (not only a KeyboardInterrupt raised in code)
 _deferring = 0  # inside `deferred`: a signal is remembered, raised when the block ends
 _finishing = False  # the command has its exit code (`finishing`): a signal is only remembered
+_importing = 0  # inside an import on the main thread (`_imports_whole`): a signal waits for its end
+_held = False  # the first signal came inside an import and is not raised yet
 _written: list[str] = []  # outputs moved in (`commit`): what an interrupt's line says stays
 
 
@@ -60,13 +63,19 @@ def _on_signal(signum: int, frame: object) -> None:
     # Python raises the exception in whatever Python code runs next, which
     # can be a garbage-collection callback that swallows it ("Exception
     # ignored in ..."); the flag makes the next check_interrupted() see it.
-    global _interrupted, _signalled
+    global _interrupted, _signalled, _held
     _signalled = True
     if _interrupted is not None:
+        if _held and not _deferring and not _finishing:  # a second while an import holds the first: it hangs?
+            _held = False
+            raise _raised(_interrupted)
         return  # cleaning up after the first: not again
     _interrupted = signum
     if _deferring or _finishing:
         return  # raised at the end of the deferred block, or turned into the exit code by `leave`
+    if _importing:
+        _held = True  # raised when the outermost import ends
+        return
     raise _raised(signum)
 
 
@@ -167,19 +176,20 @@ def _imports_whole() -> Callable[[], None]:
     main = threading.main_thread().ident
 
     def find_and_load(name: str, import_: Any) -> Any:
-        global _deferring
-        if _deferring or threading.get_ident() != main:
+        global _importing, _held
+        if _importing or threading.get_ident() != main:
             return original(name, import_)
-        before = _interrupted
-        _deferring += 1
+        _importing += 1
         try:
             return original(name, import_)
         finally:
-            _deferring -= 1
-            # Only a signal that came during this import (one before it was
-            # raised already: the command may be importing while it cleans up).
-            if before is None and _interrupted is not None and not _finishing:
-                raise _raised(_interrupted)  # noqa: B012 - the module is whole; the interrupt replaces its return
+            _importing -= 1
+            # Only a signal this import held (one before it was raised already:
+            # the command may be importing while it cleans up).
+            if _held:
+                _held = False
+                if not _finishing:
+                    raise _raised(_interrupted)  # noqa: B012 - the module is whole; the interrupt replaces its return
 
     def undo() -> None:
         if getattr(bootstrap, "_find_and_load", None) is find_and_load:  # nobody wrapped it after us
@@ -199,16 +209,17 @@ def handled(keep: bool = False) -> Iterator[None]:
     this module's handlers stay, and a signal after the block is only
     remembered (`finishing`).
     """
-    global _interrupted, _signalled, _deferring, _finishing
-    _interrupted, _signalled, _deferring, _finishing = None, False, 0, False
+    global _interrupted, _signalled, _deferring, _finishing, _importing, _held
+    _interrupted, _signalled, _deferring, _finishing, _importing, _held = None, False, 0, False, 0, False
     _written.clear()
     previous = {}
-    if threading.current_thread() is threading.main_thread():
+    main = threading.current_thread() is threading.main_thread()
+    unwrap_imports = _imports_whole() if main else (lambda: None)
+    if main:
         for signum in SIGNAL_CODES:
             previous[signum] = signal.signal(signum, _on_signal)
     previous_unraisable = sys.unraisablehook
     sys.unraisablehook = _unraisable(previous_unraisable)
-    unwrap_imports = _imports_whole() if previous else (lambda: None)
     try:
         yield
     finally:

@@ -117,6 +117,11 @@ def test_a_signal_during_an_import_is_raised_once_the_import_is_whole(tmp_path):
         "import os, signal\nos.kill(os.getpid(), signal.SIGHUP)\nfor _ in range(10000):\n    pass\nwhole = True\n"
     )
     (tmp_path / "imported_while_cleaning_up.py").write_text("whole = True\n")
+    # A second signal while the import holds the first raises at once: an import that hangs stays interruptible.
+    (tmp_path / "hangs_after_a_signal.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nfor _ in range(10000):\n    pass\n"
+        "os.kill(os.getpid(), signal.SIGINT)\nfor _ in range(10000):\n    pass\nwhole = True\n"
+    )
     code = (
         "import sys\n"
         f"sys.path.insert(0, {str(tmp_path)!r})\n"
@@ -129,7 +134,15 @@ def test_a_signal_during_an_import_is_raised_once_the_import_is_whole(tmp_path):
         "        print('raised', e.code, getattr(sys.modules.get('signals_halfway'), 'whole', False))\n"
         "    import imported_while_cleaning_up  # the signal was raised already: not again\n"
         "    print('cleaned up', imported_while_cleaning_up.whole)\n"
+        "with interrupts.handled():\n"
+        "    try:\n"
+        "        import hangs_after_a_signal\n"
+        "        print('not raised')\n"
+        "    except KeyboardInterrupt as e:\n"
+        "        print('raised', type(e).__name__, 'hangs_after_a_signal' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["raised 129 True", "cleaned up True"], done.stdout + done.stderr
+    assert done.stdout.split("\n")[:3] == ["raised 129 True", "cleaned up True", "raised KeyboardInterrupt False"], (
+        done.stdout + done.stderr
+    )
