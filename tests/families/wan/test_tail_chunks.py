@@ -1,4 +1,4 @@
-"""`wan_tail_chunks`: on by default on TPU with tp > 1, elsewhere off unless set; upstream's values."""
+"""`wan_tail_chunks`: on by default on TPU with tp >= 4, elsewhere off unless set; upstream's values."""
 
 import pytest
 
@@ -18,13 +18,13 @@ def _tail(upstream, dtype="float32"):
     return ct.wrap(upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(dtype=dtype, wan_tail_chunks=True))
 
 
-def test_on_by_default_on_tpu_with_tp_above_1_and_wherever_set_true(wan_tiny):
+def test_on_by_default_on_tpu_at_tp_4_and_above_and_wherever_set_true(wan_tiny):
     auto = ct.RuntimeOptions(dtype="bfloat16")
     forced = ct.RuntimeOptions(dtype="bfloat16", wan_tail_chunks=True)
-    for platform in ("cpu", "cuda", "tpu"):
-        for tp in (1, 8):
+    for platform in ("cpu", "cuda", "rocm", "tpu"):
+        for tp in (1, 2, 4, 8):
             plan = build_plan(auto, Placement(platform, "bfloat16", 1, tp), "wan")
-            on = platform == "tpu" and tp > 1
+            on = platform == "tpu" and tp >= 4
             assert ("wan_tail_chunks" in plan.steps) == on, (platform, tp)
             if not on:
                 assert dict(plan.skipped)["wan_tail_chunks"].startswith("off unless set True: "), (platform, tp)

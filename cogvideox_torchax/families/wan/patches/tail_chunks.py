@@ -9,11 +9,11 @@ the next 2 with the caches the first left, it computes what upstream's
 call on 4 frames computes, as upstream's own chunk loop does between calls.
 The rest of ``forward`` is upstream's, line for line.
 
-On by default on TPU meshes with ``tp > 1``, where the per-chip program
-shrinks (Wan 2.1 720p x 81 under 2 GiB per chip at ``tp=8``, compiled
-only); elsewhere off unless set: one chip's program grows, and on GPUs it
-lowers the compiled memory at a speed no device has measured
-(docs/results/wan-tail-chunks-2026-11-28.md).
+On by default on TPU meshes with ``tp >= 4``, where the per-chip program
+shrinks (Wan 2.1 720p x 81: under 2 GiB of temporaries per chip at
+``tp=8``, compiled only); elsewhere off unless set: one chip's program
+grows, and on GPUs it lowers the compiled memory at a speed no device has
+measured (docs/results/wan-tail-chunks-2026-11-28.md).
 """
 
 from __future__ import annotations
@@ -78,9 +78,12 @@ def apply_tail_chunks(vae: torch.nn.Module) -> int:
 
 
 def _off_by_default(placement: Any) -> str | None:
+    # Where the results page measured it: TPU per-chip temporaries fall at tp=4 and 8 and grow at tp=1.
     if placement.platform == "tpu":
-        return "one chip's program grows with it" if placement.tp == 1 else None
-    return "lowers the compiled memory here too, at a speed no device has measured"
+        return None if placement.tp >= 4 else "compiled smaller per chip at tp=4 and 8 only (one chip: larger)"
+    if placement.platform == "cuda":
+        return "compiled smaller for an H200, at a speed no GPU has measured"
+    return f"not measured on {placement.platform}"
 
 
 PATCHES = (
@@ -88,7 +91,7 @@ PATCHES = (
         "wan_tail_chunks", "loops",
         "The decoder's last up blocks (after the last time upsampler) and its output head run on 2 of each latent "
         "frame's 4 frames at a time, the caches carried between the halves as between upstream's calls: the "
-        "full-resolution activations are half as large. On by default on TPU with tp > 1 (compiled memory).",
+        "full-resolution activations are half as large. On by default on TPU with tp >= 4 (compiled memory).",
         lambda m, plan, mesh: apply_tail_chunks(m),
         families=("wan",),
         opt_in=_off_by_default,
