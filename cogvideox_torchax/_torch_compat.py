@@ -251,10 +251,14 @@ def install_placeholders(names=None) -> list[str]:
 def import_torchax() -> types.ModuleType:
     """Imports torchax after making the installed torch acceptable to it.
 
-    Every module of this project imports torchax through this function.
+    Every module of this project imports torchax through this function,
+    which also keeps torchax from registering "jax" as torch's accelerator
+    (`cogvideox_torchax._torchax_device`).
 
     Returns:
         The `torchax` module.
     """
+    from cogvideox_torchax import _torchax_device
+
     install_placeholders()
-    return importlib.import_module("torchax")
+    return _torchax_device.import_confined()
