@@ -3,9 +3,9 @@
 Upstream decodes latent frames in a Python loop (CogVideoX: batches of 2;
 Wan: one frame at a time); traced into one jit, the loop unrolls and the
 program grows with every batch. With the family's frame scan
-(`cogvideox_torchax.patches.frame_scan`, Wan's ``wan_frame_scan``) the
-batches after the first are one scan step each, so the program (and its
-compile time) should not grow::
+(`cogvideox_torchax.families.cogvideox.patches.frame_scan`, Wan's
+``wan_frame_scan``) the batches after the first are one scan step each, so
+the program (and its compile time) should not grow::
 
     python -m bench.compile_time --model random:cogvideox-2b --frames 3,5,9,13,21,41 --hw 8,8
     python -m bench.compile_time --model random:wan2.1 --frames 9,41 --hw 8,8 --modes scanned

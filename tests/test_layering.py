@@ -12,11 +12,14 @@ PACKAGE = "cogvideox_torchax"
 
 # Lowest first; a module may import its own layer and those before it.
 # Commands -> library facade -> VAE and memory -> plan building and options
-# -> patches -> data types, profiles and kernels.
+# -> patches -> data types, profiles and kernels. A ``*`` stands for any one
+# name: every family's patch package sits in the patches layer, the rest of
+# its folder (record, presets, config check) on the ground.
 LAYERS = (
-    ("ground", ("spellings", "config", "_torch_compat", "kernels", "platforms.profiles", "platforms.run_plan",
-                "platforms.hardware", "platforms.accelerators", "platforms.hlo", "parallel", "io", "families")),
-    ("patches", ("patches", "families.wan.patches")),
+    ("ground", ("spellings", "config", "_torch_compat", "_torchax_device", "kernels", "platforms.profiles",
+                "platforms.run_plan", "platforms.hardware", "platforms.accelerators", "platforms.hlo", "parallel", "io",
+                "families")),
+    ("patches", ("patches", "families.*.patches")),
     ("options", ("options", "platforms.build")),
     ("runtime", ("vae", "memory")),
     ("facade", ("loading", "runtime", PACKAGE)),
@@ -62,17 +65,32 @@ def _graph() -> dict[str, set[str]]:
     return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
+def _under(rel: str, prefix: str) -> bool:
+    """Whether the dotted name ``rel`` is ``prefix`` or below it, a ``*`` in ``prefix`` matching any one name."""
+    names, wanted = rel.split("."), prefix.split(".")
+    return len(names) >= len(wanted) and all(w in ("*", n) for w, n in zip(wanted, names[: len(wanted)], strict=True))
+
+
 def _layer(module: str) -> int:
     rel = module.removeprefix(PACKAGE).lstrip(".") or PACKAGE
     best = None
     for level, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if rel == prefix or rel.startswith(prefix + "."):
-                if best is None or len(prefix) > best[1]:
-                    best = (level, len(prefix))
+            if _under(rel, prefix):
+                depth = prefix.count(".") + 1
+                if best is None or depth > best[1]:
+                    best = (level, depth)
     if best is None:
         raise AssertionError(f"{module} is in no layer of tests/test_layering.py: place it")
     return best[0]
+
+
+def test_every_familys_patches_sit_in_the_patches_layer():
+    patches, ground = _layer(f"{PACKAGE}.patches"), _layer(f"{PACKAGE}.families")
+    for family in sorted(p.name for p in (ROOT / PACKAGE / "families").iterdir() if (p / "__init__.py").exists()):
+        assert _layer(f"{PACKAGE}.families.{family}") == ground
+        if (ROOT / PACKAGE / "families" / family / "patches").is_dir():
+            assert _layer(f"{PACKAGE}.families.{family}.patches.frame_scan") == patches, family
 
 
 def test_the_graph_sees_every_kind_of_import():

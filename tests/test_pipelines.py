@@ -144,7 +144,7 @@ def test_wrapped_vae_stands_in_for_upstreams_class():
     assert type(vae) is ct.TorchaxVAE and isinstance(vae, AutoencoderKLCogVideoX)
     assert ct.wrap(vae) is vae and type(vae).__module__ == "cogvideox_torchax.vae.torchax_vae"
     assert {"decode_jax", "memory_plan", "plan", "mesh"} <= set(dir(vae))  # our API, not upstream's
-    from cogvideox_torchax.patches import apply_frame_scan
+    from cogvideox_torchax.families.cogvideox.patches.frame_scan import apply_frame_scan
 
     with pytest.raises(TypeError):  # the patches take upstream's module, not the stand-in
         apply_frame_scan(vae)

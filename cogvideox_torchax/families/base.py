@@ -31,8 +31,9 @@ class Family(abc.ABC):
         presets: named published configs (and a tiny test config), for
             ``random_upstream`` and ``random:NAME`` models.
         default_model: the hub id the commands load by default.
-        patch_package: the package of its own patch modules, or None (its
-            patches live in `cogvideox_torchax.patches`).
+        patch_package: the package of its own patch modules
+            (``"cogvideox_torchax.families.<name>.patches"``), found by
+            `cogvideox_torchax.patches.registry` beside the shared ones.
         fps: the commands' default mp4 frame rate (its models' own).
         pipeline_layout: how its pipelines hold latents, ``"BCTHW"`` or ``"BTCHW"``.
         normalization: how its pipelines scale latents, in words (for messages).
@@ -47,7 +48,7 @@ class Family(abc.ABC):
     class_name: str
     presets: Mapping[str, Mapping[str, Any]]
     default_model: str
-    patch_package: str | None = None
+    patch_package: str
     fps: float
     pipeline_layout: str
     normalization: str

@@ -141,6 +141,19 @@ def swap_classes(
 _COMPOSED: dict[tuple[type, type], type] = {}
 
 
+def mixed(mixin: type, base: type) -> type:
+    """The class `add_mixin` gives a module of class ``base``: ``mixin`` in front of it, one class per pair.
+
+    A family's patch that swaps its own classes maps the mixed class too
+    (``mixed(FusedBiasConv, Upstream)`` to ``mixed(FusedBiasConv, Ours)``),
+    so it composes with a shared patch's mixin in either order.
+    """
+    if (mixin, base) not in _COMPOSED:
+        name = mixin.__name__.removesuffix("Mixin") + base.__name__
+        _COMPOSED[mixin, base] = type(name, (mixin, base), {"__doc__": f"`{base.__name__}` with `{mixin.__name__}`."})
+    return _COMPOSED[mixin, base]
+
+
 def add_mixin(module: torch.nn.Module, mixin: type) -> int:
     """Puts ``mixin`` in front of ``module``'s class, keeping whatever patches that class has.
 
@@ -152,9 +165,5 @@ def add_mixin(module: torch.nn.Module, mixin: type) -> int:
     """
     if isinstance(module, mixin):
         return 0
-    base = type(module)
-    if (mixin, base) not in _COMPOSED:
-        name = mixin.__name__.removesuffix("Mixin") + base.__name__
-        _COMPOSED[mixin, base] = type(name, (mixin, base), {"__doc__": f"`{base.__name__}` with `{mixin.__name__}`."})
-    module.__class__ = _COMPOSED[mixin, base]
+    module.__class__ = mixed(mixin, type(module))
     return 1

@@ -1,13 +1,13 @@
 """Every patch, in the order of application derived from what each declares, and each family's share.
 
-Each module of `cogvideox_torchax.patches` (CogVideoX's patches and those
-of every family) and of each model family's own patch package that
-declares ``PATCHES`` is found here, so adding a patch touches its own
-module (and its test) only: its switch becomes a keyword of
-`RuntimeOptions`, its place in the order follows from its stage,
-``requires`` and ``after``, its family from its ``families``, and its
-documentation appears in the handbook's list of switches
-(`switches_markdown`).
+Each module of the shared package (`cogvideox_torchax.patches`: what every
+family uses) and of each model family's own ``patch_package``
+(`cogvideox_torchax.families.<name>.patches`) that declares ``PATCHES``
+is found here, so adding a patch touches its own module (and its test)
+only: its switch becomes a keyword of `RuntimeOptions`, its place in the
+order follows from its stage, ``requires`` and ``after``, its family from
+its ``families``, and its documentation appears in the handbook's list of
+switches (`switches_markdown`).
 """
 
 from __future__ import annotations
@@ -69,16 +69,18 @@ def _declared(package: str) -> list[Patch]:
     return found
 
 
-def discover(package: str = PACKAGE) -> tuple[Patch, ...]:
-    """The ``PATCHES`` of every module of ``package`` and of every family's own package, in order (`ordered`).
+def packages() -> tuple[str, ...]:
+    """The packages whose modules declare patches: the shared one, then each family's ``patch_package``."""
+    return (PACKAGE, *(family.patch_package for family in families.FAMILIES.values()))
+
+
+def discover() -> tuple[Patch, ...]:
+    """The ``PATCHES`` of every module of every package of `packages`, in order (`ordered`).
 
     Raises:
         RuntimeError: a patch names a family that is not registered (or see `ordered`).
     """
-    found = _declared(package)
-    for family in families.FAMILIES.values():
-        if family.patch_package is not None:
-            found.extend(_declared(family.patch_package))
+    found = [patch for package in packages() for patch in _declared(package)]
     for patch in found:
         unknown = sorted(set(patch.families or ()) - set(families.FAMILIES))
         if unknown:

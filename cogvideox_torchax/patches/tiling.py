@@ -1,20 +1,21 @@
-"""Tiled decode with upstream's tiles and blending, equal-shape tiles batched.
+"""Tiled decode with upstream's tiles and blending, equal-shape tiles batched: what every family's tile batching shares.
 
-Upstream's ``tiled_decode`` cuts the latent frame into overlapping tiles of
-``tile_latent_min_height x tile_latent_min_width`` (stepping by the tile size
-times ``1 - overlap factor``), decodes each tile on its own (each with its
-own frame batches and conv cache), then blends every tile into its upper and
-left neighbours over ``tile_sample_min * overlap factor`` pixels and crops.
-Traced into one jit that is one decoder per tile: a 480x720 frame with the
-default 240x360 tiles is 3 x 3 tiles, 1920x1080 is dozens.
+Upstream's ``tiled_decode`` cuts the latent frame into overlapping tiles
+(stepping by less than the tile size), decodes each tile on its own (each
+with its own frame batches and caches), then blends every tile into its
+upper and left neighbours and crops. Traced into one jit that is one decoder
+per tile: a 480x720 frame with CogVideoX's default 240x360 tiles is 3 x 3
+tiles, 1920x1080 is dozens.
 
 Here the grid, the blending and the crop are upstream's, but tiles of the
 same shape (interior, right edge, bottom edge, corner: at most four shapes)
 are stacked along the batch and decoded together, ``tiles_per_step`` at a
-time as the steps of one `jax.lax.scan`. The program holds one decoder per
-tile *shape*, whatever the tile count, and memory is that of
-``tiles_per_step`` tiles. The decoder is per sample, so stacking changes no
-result; blending is the same arithmetic as upstream's in-place loop.
+time as the steps of one `jax.lax.scan` (`decode_tiles`,
+`decode_tile_group`). The program holds one decoder per tile *shape*,
+whatever the tile count, and memory is that of ``tiles_per_step`` tiles.
+The decoder is per sample, so stacking changes no result; blending is the
+same arithmetic as upstream's in-place loop. Each family's tile-batching
+patch reads its own tiling attributes and calls these.
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
-from diffusers import AutoencoderKLCogVideoX
-from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax, torchax
+from cogvideox_torchax.patches.base import interop, torchax
 
 
 def blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
@@ -52,42 +51,6 @@ def blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
     b_head = jax.lax.slice_in_dim(b, 0, n, axis=axis).astype(jnp.float32)
     mixed = (a_tail * w_a + b_head * w_b).astype(b.dtype)
     return jnp.concatenate([mixed, jax.lax.slice_in_dim(b, n, b.shape[axis], axis=axis)], axis=axis)
-
-
-class BatchedTilesMixin:
-    """Overrides ``tiled_decode``: upstream's tiles, decoded by shape group under torchax.
-
-    ``tiles_per_step`` (set by `apply_tile_batching`) is how many tiles one
-    scan step decodes together.
-    """
-
-    tiles_per_step: int = 1
-
-    def tiled_decode(self, z: torch.Tensor, return_dict: bool = True):
-        if not is_torchax(z):
-            return super().tiled_decode(z, return_dict=return_dict)
-        tile_h, tile_w = self.tile_latent_min_height, self.tile_latent_min_width
-        step_h = int(tile_h * (1 - self.tile_overlap_factor_height))
-        step_w = int(tile_w * (1 - self.tile_overlap_factor_width))
-        extent_h = int(self.tile_sample_min_height * self.tile_overlap_factor_height)
-        extent_w = int(self.tile_sample_min_width * self.tile_overlap_factor_width)
-        keep_h = self.tile_sample_min_height - extent_h
-        keep_w = self.tile_sample_min_width - extent_w
-        dec = decode_tiles(z, (tile_h, tile_w), (step_h, step_w), (extent_h, extent_w), (keep_h, keep_w),
-                           self._decode_tile_group)
-        if not return_dict:
-            return (dec,)
-        return DecoderOutput(sample=dec)
-
-    def _decode_tile_group(self, stacked: torch.Tensor, count: int) -> torch.Tensor:
-        """Decodes ``count`` same-shape tiles stacked on the batch, ``tiles_per_step`` per scan step."""
-
-        def decode(tiles: torch.Tensor) -> torch.Tensor:
-            # Tiles are at most one tile in size: _decode never re-enters tiling.
-            (video,) = self._decode(tiles, return_dict=False)
-            return video
-
-        return decode_tile_group(decode, stacked, count, self.tiles_per_step)
 
 
 def decode_tiles(z: torch.Tensor, tile: tuple[int, int], step: tuple[int, int], extent: tuple[int, int],
@@ -162,39 +125,3 @@ def decode_tile_group(decode, stacked: torch.Tensor, count: int, tiles_per_step:
     _, videos = jax.lax.scan(body, None, xs)  # (steps, per_step * B, 3, F, h, w)
     videos = videos.reshape(steps * per_step * batch, *videos.shape[2:])[: count * batch]
     return env.j2t_iso(videos)
-
-
-def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) -> int:
-    """Makes ``vae``'s tiled decode group equal-shape tiles and scan over them.
-
-    Tiling itself stays upstream's switch: ``vae.enable_tiling(...)``.
-
-    Composes with `frame_scan.apply_frame_scan` in either order.
-
-    Args:
-        vae: an upstream VAE (possibly already frame-scanned).
-        tiles_per_step: tiles decoded together in one scan step; memory grows
-            with it. The mesh's ``dp`` size spreads one tile per replica.
-
-    Returns:
-        1 if ``vae``'s class changed in this call, else 0 (``tiles_per_step``
-        is updated either way).
-    """
-    if not issubclass(type(vae), AutoencoderKLCogVideoX):  # not a TorchaxVAE, which passes isinstance
-        raise TypeError(f"apply_tile_batching expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
-    if tiles_per_step < 1:
-        raise ValueError(f"tiles_per_step must be >= 1, got {tiles_per_step}")
-    changed = add_mixin(vae, BatchedTilesMixin)
-    vae.tiles_per_step = int(tiles_per_step)
-    return changed
-
-
-PATCHES = (
-    Patch(
-        "tile_batching", "loops",
-        "When tiling is enabled (`TorchaxVAE.enable_tiling`), decode equal-shape tiles together, one per ``dp`` "
-        "replica per scan step; False traces upstream's loop, one decoder per tile.",
-        lambda m, plan, mesh: apply_tile_batching(m, tiles_per_step=plan.placement.dp),
-        families=("cogvideox",),
-    ),
-)

@@ -11,7 +11,7 @@ from cogvideox_torchax.kernels.causal_conv import causal_conv3d, causal_conv3d_r
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import patches
+from cogvideox_torchax.families.cogvideox.patches import causal_conv
 from cogvideox_torchax.platforms.build import build_plan
 from cogvideox_torchax.platforms.run_plan import Placement
 from tests.support.parity import assert_close
@@ -127,7 +127,7 @@ def test_bad_shapes_are_named(wshape, bshape, match):
 
 def test_patch_engages_on_cpu_fp32_only(tiny_upstream):
     fast = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
-    assert any(type(m) is patches.TimeTapCausalConv3d for m in fast.module.modules())
+    assert any(type(m) is causal_conv.TimeTapCausalConv3d for m in fast.module.modules())
     fp32 = fast.lower_decode((1, 4, 3, 4, 4)).as_text()
     # Each 3x3x3 causal conv becomes three 2-D convolutions: no rank-5 kernel is left.
     assert not re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x3x\d+x\d+xf32>", fp32)
@@ -140,7 +140,7 @@ def test_three_d_path_still_matches_upstream(tiny_upstream):
     # What GPU, TPU and bf16 run, checked here on the CPU.
     z = seeded_latents((1, 4, 5, 3, 4), seed=7)
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
-    assert not any(type(m) is patches.TimeTapCausalConv3d for m in vae.module.modules())
+    assert not any(type(m) is causal_conv.TimeTapCausalConv3d for m in vae.module.modules())
     assert_close(vae.decode(z).sample, upstream_decode(tiny_upstream, z), atol=2e-5, label="time_tap_conv=False")
 
 

@@ -1,7 +1,7 @@
 """The compiled decode's memory when frame batches chain (compile only, real 2b config, small frames).
 
 The decode of 5 latent frames chains two decoder calls through the causal
-conv cache. Before `patches.CacheFirstCausalConv3d`, XLA scheduled the cache
+conv cache. Before `causal_conv.CacheFirstCausalConv3d`, XLA scheduled the cache
 slices late and kept the first call's full-size activations alive: at
 (1,16,5,16,16) the compiled temp was 4.8 GiB against 0.57 GiB for one call
 (3 frames); 92 GiB against 12.7 GiB at 480x720 (now 16.9 GiB at 13 frames). Measured with XLA:CPU's

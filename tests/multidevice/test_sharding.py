@@ -12,7 +12,7 @@ import torch
 from cogvideox_torchax.kernels.group_norm import group_norm
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import patches
+from cogvideox_torchax.families.cogvideox.patches import spatial_norm
 from cogvideox_torchax.parallel import sharding
 from tests.support.parity import assert_close
 
@@ -86,7 +86,7 @@ def test_tp8_per_device_memory_is_well_below_single_device(upstream_2b):
     def temp(mesh):
         vae = ct.wrap(upstream_2b, mesh=mesh)
         # SpatialNorm's low-resolution scale and shift: one device only.
-        low_res = any(type(m) is patches.LowResSpatialNorm3D for m in vae.module.modules())
+        low_res = any(type(m) is spatial_norm.LowResSpatialNorm3D for m in vae.module.modules())
         assert low_res == (mesh == "dp=1,tp=1")
         return vae.lower_decode(shape).compile(compiler_options=memory_aware).memory_analysis()
 

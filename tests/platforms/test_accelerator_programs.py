@@ -127,7 +127,7 @@ def test_cuda_program_lowers_for_frames_above_768x1360(vae_15):
     # than the time chunks' 2^28, so the upsamplers' and shortcuts' convs are
     # split along height too; every convolution stays within the chunk size
     # or, for the resnet convs of one output frame, below 2^31.
-    from cogvideox_torchax.patches.time_chunks import CHUNK_ELEMENTS
+    from cogvideox_torchax.families.cogvideox.patches.time_chunks import CHUNK_ELEMENTS
 
     cuda = hlo.convolutions(vae_15.lower_decode((1, 16, 2, 135, 240), platform="cuda").as_text())
     assert max(c.max_elements for c in cuda) < 2**31

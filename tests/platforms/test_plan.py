@@ -126,7 +126,8 @@ def test_a_switch_set_true_that_cannot_apply_says_why(options, target, why):
 
 def test_wrap_refuses_and_lowering_for_another_platform_refuses_too(tiny_upstream):
     with pytest.raises(ValueError, match="time_tap_conv=True cannot apply on cpu bfloat16"):
-        ct.wrap(tiny_upstream, dtype="bfloat16", mesh="dp=1,tp=1", options=ct.RuntimeOptions(dtype="bf16", time_tap_conv=True))
+        ct.wrap(tiny_upstream, dtype="bfloat16", mesh="dp=1,tp=1",
+                options=ct.RuntimeOptions(dtype="bf16", time_tap_conv=True))
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=True))
     assert vae.plan.applies("time_tap_conv")
     with pytest.raises(ValueError, match="cannot apply on cuda"):
@@ -197,16 +198,20 @@ PATCHES = (
         lambda module, plan, mesh: None,
         requires=("cache_first",),
         why_not=lambda placement, applied: None if placement.platform == "cpu" else "CPU only",
+        families=("cogvideox",),
     ),
 )
 """
 
 
 def test_a_patch_module_added_to_the_package_is_switched_ordered_and_documented(tmp_path, monkeypatch):
-    """Adding a patch is one module: no other file names it, yet options, plan, order and docs know it."""
+    """Adding a patch is one module in its family's package.
+
+    No other file names it, yet options, plan, order and docs know it.
+    """
     import sys
 
-    import cogvideox_torchax.patches as package
+    import cogvideox_torchax.families.cogvideox.patches as package
     from cogvideox_torchax.patches import registry
 
     (tmp_path / "demo_patch.py").write_text(_DEMO_PATCH)
@@ -227,10 +232,12 @@ def test_a_patch_module_added_to_the_package_is_switched_ordered_and_documented(
         with pytest.raises(ValueError, match="demo_patch=True needs cache_first"):
             ct.RuntimeOptions(demo_patch=True, cache_first=False)
         assert "needs cache_first" in dict(build_plan(ct.RuntimeOptions(cache_first=False), cpu).skipped)["demo_patch"]
-        assert "| `demo_patch` | layers | `cache_first` | Demo: marks the module. |" in registry.switches_markdown()
+        assert "| `demo_patch` | layers | `cache_first` | CogVideoX only: Demo: marks the module. |" in (
+            registry.switches_markdown())
+        assert "demo_patch" not in {p.switch for p in registry.patches_for("wan")}
     finally:
         registry.patches.cache_clear()
-        sys.modules.pop("cogvideox_torchax.patches.demo_patch", None)
+        sys.modules.pop("cogvideox_torchax.families.cogvideox.patches.demo_patch", None)
 
 
 def test_switches_are_keywords_and_typos_stay_errors():

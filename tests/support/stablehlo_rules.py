@@ -36,7 +36,7 @@ _PASS_THROUGH = {
     "stablehlo.rsqrt",
     "stablehlo.sqrt",
     # The nearest resize of SpatialNorm's fp32 scale and shift (computed at
-    # latent resolution, patches.LowResSpatialNorm3D): a gather of sorted
+    # latent resolution, spatial_norm.LowResSpatialNorm3D): a gather of sorted
     # host indices per axis (`kernels.upsample.gather_indices`) feeding the
     # norm's multiply-add. XLA fuses it there: the 2b bf16 decode at
     # (1,16,3,16,16) compiles to 538.7 MiB of temporaries on XLA:CPU whether

@@ -13,7 +13,7 @@ def _escapes(options):
     # (8 channels here): anything fp32 that big must be inside a reduction
     # or an elementwise chain cast back to bf16. Latent-resolution fp32
     # values are allowed: SpatialNorm's scale and shift are computed in fp32
-    # from the latent on purpose (patches.LowResSpatialNorm3D).
+    # from the latent on purpose (spatial_norm.LowResSpatialNorm3D).
     batch, _, frames, height, width = shape
     return hlo.fp32_escapes(text, min_elements=batch * 8 * frames * (2 * height) * (2 * width))
 

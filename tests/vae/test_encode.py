@@ -3,15 +3,15 @@
 Upstream encodes frames in batches of 8 with the remainder in the first
 batch (9 -> 9, 17 -> 9 + 8), each batch compressing time by 4 (an odd count
 keeps its first frame apart); the batches after the first run as one scan
-(`cogvideox_torchax.patches.frame_scan`). Every count is compared, 4k+1 or not: whatever
-upstream makes of it is the reference.
+(`cogvideox_torchax.families.cogvideox.patches.frame_scan`). Every count
+is compared, 4k+1 or not: whatever upstream makes of it is the reference.
 """
 
 import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax import patches
+from cogvideox_torchax.families.cogvideox.patches import causal_conv
 from tests.support.parity import assert_close
 
 # fp32: the largest error seen on these shapes is 6.2e-6 (2b, (1,3,9,32,32));
@@ -132,11 +132,11 @@ def test_encoder_convs_add_in_order(tiny_upstream, tiny_vae):
     def temp(vae):
         return vae.lower_encode((1, 3, 17, 64, 64)).compile(compiler_options=vae.compiler_options).memory_analysis()
 
-    convs = [m for m in tiny_vae.module.encoder.modules() if isinstance(m, patches.TimeTapCausalConv3d)]
+    convs = [m for m in tiny_vae.module.encoder.modules() if isinstance(m, causal_conv.TimeTapCausalConv3d)]
     assert convs and all(m.in_order for m in convs)
     free = ct.wrap(tiny_upstream, dtype="float32", mesh="dp=1,tp=1")
     for m in free.module.encoder.modules():
-        if isinstance(m, patches.TimeTapCausalConv3d):
+        if isinstance(m, causal_conv.TimeTapCausalConv3d):
             m.in_order = False
     assert temp(tiny_vae).temp_size_in_bytes < temp(free).temp_size_in_bytes
 

@@ -1,9 +1,10 @@
-"""CogVideoX's VAE (`AutoencoderKLCogVideoX`): the first family, whose patches are `cogvideox_torchax.patches`.
+"""CogVideoX's VAE (`AutoencoderKLCogVideoX`: CogVideoX 1.0 and 1.5).
 
 Upstream decodes latent frames in batches of two (the odd remainder joins
 the first), threading a dict of causal-conv caches; one latent frame decodes
 to 1 video frame, each later pair to 8. Pipelines hold latents
-``(B, T, C, H, W)`` multiplied by ``scaling_factor``.
+``(B, T, C, H, W)`` multiplied by ``scaling_factor``. Its patches are
+`cogvideox_torchax.families.cogvideox.patches`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class CogVideoX(Family):
     class_name = "AutoencoderKLCogVideoX"
     presets = PRESETS
     default_model = "THUDM/CogVideoX-2b"
-    patch_package = None
+    patch_package = "cogvideox_torchax.families.cogvideox.patches"
     fps = 8.0
     pipeline_layout = "BTCHW"
     stream_needs = "trim_conv_cache"

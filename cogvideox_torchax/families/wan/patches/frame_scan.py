@@ -20,7 +20,7 @@ from diffusers.models.autoencoders.vae import DecoderOutput
 from cogvideox_torchax.families.wan import chunks
 from cogvideox_torchax.families.wan.config_check import TEMPORAL_SCALE
 from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax
-from cogvideox_torchax.patches.frame_scan import scan_frames
+from cogvideox_torchax.patches.scan import scan_frames
 
 
 class RepFreeResampleMixin:

@@ -33,7 +33,7 @@ def decode_into_video(step, z: torch.Tensor) -> torch.Tensor:
     if num_frames < 2:
         return first
     first_j, cache_j = env.t2j_iso((first, cache))
-    # As in `patches.frame_scan.scan_frames`: the first frame finished before the loop starts.
+    # As in `patches.scan.scan_frames`: the first frame finished before the loop starts.
     first_j, cache_j = jax.lax.optimization_barrier((first_j, cache_j))
     b, c, _, h, w = first_j.shape
     total = 1 + TEMPORAL_SCALE * (num_frames - 1)

@@ -1,4 +1,4 @@
-"""GroupNorm and SiLU by the project's kernels (`kernels.group_norm`, `kernels.silu`) under torchax."""
+"""`nn.GroupNorm` by the project's kernel (`kernels.group_norm`) under torchax; its statistics apart from their use."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import functools
 import torch
 
 from cogvideox_torchax.kernels.group_norm import group_norm, group_norm_apply, group_norm_statistics
-from cogvideox_torchax.kernels.silu import silu
 from cogvideox_torchax.patches.base import Patch, interop, is_torchax, swap_classes
 
 
@@ -33,15 +32,6 @@ class JaxGroupNorm(torch.nn.GroupNorm):
         return interop.torch_view(group_norm_apply)(part, *statistics, self.weight, self.bias)
 
 
-class JaxSiLU(torch.nn.SiLU):
-    """`nn.SiLU` computed by `kernels.silu.silu` (one rounding) under torchax."""
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if not is_torchax(input):
-            return super().forward(input)
-        return interop.torch_view(silu)(input)
-
-
 def apply_group_norm(vae: torch.nn.Module) -> int:
     """Makes every `nn.GroupNorm` in ``vae`` a `JaxGroupNorm`.
 
@@ -51,15 +41,6 @@ def apply_group_norm(vae: torch.nn.Module) -> int:
     return swap_classes(vae, {torch.nn.GroupNorm: JaxGroupNorm})
 
 
-def apply_silu(vae: torch.nn.Module) -> int:
-    """Makes every `nn.SiLU` in ``vae`` a `JaxSiLU`.
-
-    Returns:
-        How many modules changed in this call (0 on a second call).
-    """
-    return swap_classes(vae, {torch.nn.SiLU: JaxSiLU})
-
-
 PATCHES = (
     Patch(
         "group_norm", "ops",
@@ -67,11 +48,5 @@ PATCHES = (
         "False keeps torchax's lowering of the upstream op, for comparison.",
         lambda m, plan, mesh: apply_group_norm(m),
         families=("cogvideox",),
-    ),
-    Patch(
-        "silu", "ops",
-        "Replace `nn.SiLU` with `kernels.silu` (rounds once in bf16 and fp16, as torch does; torchax's lowering "
-        "rounds twice).",
-        lambda m, plan, mesh: apply_silu(m),
     ),
 )

@@ -13,8 +13,16 @@ from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXSafe
 import cogvideox_torchax as ct
 from cogvideox_torchax import patches
 from cogvideox_torchax._torch_compat import import_torchax
-from cogvideox_torchax.patches import frame_scan, tiling, time_chunks
-from cogvideox_torchax.patches.spatial_norm import LowResSpatialNorm3D
+from cogvideox_torchax.families.cogvideox.patches import (
+    causal_conv,
+    frame_scan,
+    group_norm,
+    safe_conv,
+    spatial_norm,
+    tiling,
+    time_chunks,
+)
+from cogvideox_torchax.families.cogvideox.patches.spatial_norm import LowResSpatialNorm3D
 from tests.support.parity import assert_close
 from tests.support.reference import upstream_decode
 
@@ -33,13 +41,13 @@ def _keys_and_shapes(m):
 @pytest.mark.parametrize(
     "apply",
     [
-        patches.apply_safe_conv,
-        patches.apply_group_norm,
+        safe_conv.apply_safe_conv,
+        group_norm.apply_group_norm,
         patches.apply_silu,
         patches.apply_conv_bias,
-        patches.apply_conv_cache_trim,
-        patches.apply_cache_first,
-        patches.apply_low_res_spatial_norm,
+        causal_conv.apply_conv_cache_trim,
+        causal_conv.apply_cache_first,
+        spatial_norm.apply_low_res_spatial_norm,
         frame_scan.apply_frame_scan,
         tiling.apply_tile_batching,
     ],
@@ -58,8 +66,8 @@ def test_class_patches_are_idempotent_and_keep_eager_results(fresh, apply):
 
 def test_group_norm_patch_count(fresh):
     n = sum(isinstance(m, torch.nn.GroupNorm) for m in fresh.modules())
-    assert patches.apply_group_norm(fresh) == n
-    assert all(type(m) is patches.JaxGroupNorm for m in fresh.modules() if isinstance(m, torch.nn.GroupNorm))
+    assert group_norm.apply_group_norm(fresh) == n
+    assert all(type(m) is group_norm.JaxGroupNorm for m in fresh.modules() if isinstance(m, torch.nn.GroupNorm))
 
 
 def _lowered_conv_count(module, shape):
@@ -85,7 +93,7 @@ def test_safe_conv_runs_one_convolution_where_upstream_chunks():
     conv = CogVideoXSafeConv3d(8, 8, kernel_size=3, padding=(0, 1, 1)).eval()
     assert _lowered_conv_count(conv, shape) == 2
     holder = torch.nn.Sequential(conv)
-    assert patches.apply_safe_conv(holder) == 1
+    assert safe_conv.apply_safe_conv(holder) == 1
     assert _lowered_conv_count(conv, shape) == 1
 
 
@@ -94,7 +102,7 @@ def test_safe_conv_same_numbers_under_torchax():
     x = torch.randn(1, 4, 5, 6, 7)
     with torch.no_grad():
         expected = conv(x)
-    patches.apply_safe_conv(torch.nn.Sequential(conv))
+    safe_conv.apply_safe_conv(torch.nn.Sequential(conv))
     env = torchax.default_env()
     with env, torch.no_grad():
         got = conv.to("jax")(x.to("jax")).to("cpu")
@@ -123,16 +131,16 @@ def test_width_sharding_meshes_replace_and_remove(fresh):
 
 @pytest.mark.parametrize("order", ["safe_conv first", "conv_bias first"])
 def test_conv_patches_compose_in_either_order(fresh, order):
-    first, second = (patches.apply_safe_conv, patches.apply_conv_bias)
+    first, second = (safe_conv.apply_safe_conv, patches.apply_conv_bias)
     if order == "conv_bias first":
         first, second = second, first
     first(fresh)
     second(fresh)
     safe = [m for m in fresh.modules() if isinstance(m, CogVideoXSafeConv3d)]
-    assert safe and all(type(m) is patches.JaxChunkFreeSafeConv3d for m in safe)
+    assert safe and all(type(m) is patches.mixed(patches.FusedBiasConv, safe_conv.ChunkFreeSafeConv3d) for m in safe)
     convs = [m for m in fresh.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
     assert all(isinstance(m, patches.FusedBiasConv) for m in convs)
-    assert patches.apply_safe_conv(fresh) == 0 and patches.apply_conv_bias(fresh) == 0
+    assert safe_conv.apply_safe_conv(fresh) == 0 and patches.apply_conv_bias(fresh) == 0
 
 
 def test_conv_bias_same_numbers_under_torchax():
@@ -171,10 +179,10 @@ def test_frame_scan_and_tile_batching_compose_in_either_order(fresh, order):
 def test_time_tap_patch_follows_cache_first_and_keeps_eager_results(fresh):
     z = torch.randn(1, 4, 3, 4, 4, generator=torch.Generator().manual_seed(0))
     before = upstream_decode(fresh, z)
-    assert patches.apply_time_tap_conv(fresh) == 0  # nothing cache-first yet
-    n = patches.apply_cache_first(fresh)
-    assert patches.apply_time_tap_conv(fresh) == n > 0
-    assert patches.apply_time_tap_conv(fresh) == 0
+    assert causal_conv.apply_time_tap_conv(fresh) == 0  # nothing cache-first yet
+    n = causal_conv.apply_cache_first(fresh)
+    assert causal_conv.apply_time_tap_conv(fresh) == n > 0
+    assert causal_conv.apply_time_tap_conv(fresh) == 0
     assert_close(upstream_decode(fresh, z), before, atol=1e-6, label="time taps, eager")
 
 
@@ -201,7 +209,7 @@ def test_low_res_spatial_norm_builds_no_full_size_scale():
 
     args = (jnp.asarray(f.numpy()), jnp.asarray(zq.numpy()))
     upstream_text = traced().lower(*args).as_text()
-    assert patches.apply_low_res_spatial_norm(norm) == 1
+    assert spatial_norm.apply_low_res_spatial_norm(norm) == 1
     got = traced()(*args)
     assert_close(np.asarray(got), expected.numpy(), atol=1e-5, label="low-res SpatialNorm", check_dtype=False)
     text = traced().lower(*args).as_text()
@@ -219,7 +227,7 @@ def test_low_res_spatial_norm_block_broadcast_equals_upstream(frames):
     f, zq = torch.randn(1, 64, frames, 16, 24), torch.randn(1, 4, (frames + 1) // 2, 2, 3)
     with torch.no_grad():
         expected, _ = norm(f, zq)
-    assert patches.apply_low_res_spatial_norm(norm, block_broadcast=True) == 1 and norm.block_broadcast
+    assert spatial_norm.apply_low_res_spatial_norm(norm, block_broadcast=True) == 1 and norm.block_broadcast
     env = torchax.default_env()
     params = {k: jnp.asarray(v.detach().numpy()) for k, v in norm.state_dict().items()}
 
@@ -246,7 +254,7 @@ def test_nearest_override_lives_in_our_own_environment():
 
 @pytest.mark.parametrize("chunk_frames,whole_frames", [(3, 0), (5, 8)])
 def test_time_chunks_decode_equals_upstream(chunk_frames, whole_frames, monkeypatch):
-    # The CUDA plan's time chunks (`patches.time_chunks`), run on the CPU in
+    # The CUDA plan's time chunks (`time_chunks`), run on the CPU in
     # fp32 with chunks of one or three output frames at full resolution:
     # upstream's decode, scanned frame batches (caches) included. With
     # whole_frames=0 every convolution runs in chunks and every norm takes
@@ -258,8 +266,8 @@ def test_time_chunks_decode_equals_upstream(chunk_frames, whole_frames, monkeypa
     vae = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
     frame = 8 * 32 * 32  # channels x full resolution of the tiny config's last up block
     kwargs = dict(chunk_elements=chunk_frames * frame, whole_elements=whole_frames * frame)
-    assert patches.apply_time_chunks(vae.module, **kwargs) > 0
-    assert patches.apply_time_chunks(vae.module, **kwargs) == 0
+    assert time_chunks.apply_time_chunks(vae.module, **kwargs) > 0
+    assert time_chunks.apply_time_chunks(vae.module, **kwargs) == 0
     chunk_counts, by_frame = [], set()
     norm_act_conv, frames = time_chunks.norm_act_conv, LowResSpatialNorm3D.frames
 

@@ -209,7 +209,7 @@ PATCHES = (
     Patch(
         "cache_first", "layers",
         "Causal convs take their conv cache before convolving, ordered by optimization barriers "
-        "(`patches.CacheFirstCausalConv3d`), so chained decoder calls do not keep each call's full-size "
+        "(`causal_conv.CacheFirstCausalConv3d`), so chained decoder calls do not keep each call's full-size "
         "activations alive (92 GB instead of ~16 GB at 49 frames 480x720).",
         lambda m, plan, mesh: apply_cache_first(m, materialise_padded=plan.placement.profile.materialise_padded),
         families=("cogvideox",),
@@ -220,7 +220,7 @@ PATCHES = (
     Patch(
         "time_tap_conv", "layers",
         "Causal convs run as one 2-D convolution per time tap and carry partial sums as their conv cache "
-        "(`patches.TimeTapCausalConv3d`, ~1.5x faster convs on XLA:CPU). CPU and fp32 only.",
+        "(`causal_conv.TimeTapCausalConv3d`, ~1.5x faster convs on XLA:CPU). CPU and fp32 only.",
         lambda m, plan, mesh: apply_time_tap_conv(m),
         families=("cogvideox",),
         requires=("cache_first",),

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.patches import frame_scan
+from cogvideox_torchax.families.cogvideox.patches import frame_scan
 from tests.support.parity import assert_close
 from tests.support.reference import upstream_decode
 

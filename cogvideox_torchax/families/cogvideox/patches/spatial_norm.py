@@ -62,7 +62,7 @@ def _time_indices(t_in: int, t_out: int) -> np.ndarray:
 
 
 def _blocks_of(small: tuple[int, ...], full: tuple[int, ...]) -> tuple[int, int] | None:
-    """``(rh, rw)`` when upstream's nearest resize of H and W from ``small`` to ``full`` repeats each value rh x rw times."""
+    """``(rh, rw)`` when upstream's nearest resize of H and W from ``small`` to ``full`` repeats each value rh x rw."""
     ratios = []
     for a in (3, 4):
         r = full[a] // small[a]
@@ -159,7 +159,7 @@ class LowResSpatialNorm3D(CogVideoXSpatialNorm3D):
         norm's statistics over all of ``f`` are taken once, here, frame by
         frame with ``by_frame``: `kernels.group_norm.group_norm_statistics`).
         None where ``forward`` would not run this way (eagerly, without
-        `leaf_ops.JaxGroupNorm`, or with ``block_broadcast``).
+        `group_norm.JaxGroupNorm`, or with ``block_broadcast``).
         """
         if (not is_torchax(f) or self.block_broadcast or not hasattr(self.norm_layer, "statistics")
                 or not (_is_pointwise(self.conv_y) and _is_pointwise(self.conv_b))):
@@ -212,7 +212,7 @@ PATCHES = (
     Patch(
         "low_res_spatial_norm", "layers",
         "SpatialNorm's 1x1x1 ``conv_y``/``conv_b`` run on ``zq`` before its nearest resize, not after "
-        "(`patches.LowResSpatialNorm3D`): the same values without two full-size tensors per norm. Meshes with "
+        "(`spatial_norm.LowResSpatialNorm3D`): the same values without two full-size tensors per norm. Meshes with "
         "``tp=1`` only.",
         lambda m, plan, mesh: apply_low_res_spatial_norm(m, block_broadcast=plan.placement.profile.block_broadcast),
         families=("cogvideox",),

@@ -22,7 +22,7 @@ after an upsampler is never stored whole either.
 The shortcut of a block that changes channels runs on the input's frames
 as the chunks stop reading them, so the input dies frame by frame.
 
-Values are upstream's: the same norm (`leaf_ops.JaxGroupNorm.apply` with
+Values are upstream's: the same norm (`group_norm.JaxGroupNorm.apply` with
 the batch's statistics, in one pass or summed frame by frame), the same cache
 (``padded[:, :, -halo:]``), the same convolution on every output frame.
 
@@ -39,8 +39,8 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXResnetBlock3D
 from diffusers.models.upsampling import CogVideoXUpsample3D
 
+from cogvideox_torchax.families.cogvideox.patches.causal_conv import CacheFirstCausalConv3d
 from cogvideox_torchax.patches.base import Patch, barrier, is_torchax, swap_classes
-from cogvideox_torchax.patches.causal_conv import CacheFirstCausalConv3d
 
 # Elements of a chunk's input or output: one frame of the 1.5 model's
 # 256-channel activations at 768x1360 (267 M), three of the 2b's at 480x720.
@@ -205,7 +205,7 @@ def apply_time_chunks(vae: torch.nn.Module, chunk_elements: int = CHUNK_ELEMENTS
     output) where its padded input and output hold more than
     ``whole_elements`` together.
 
-    Needs `leaf_ops.apply_group_norm`, `spatial_norm.apply_low_res_spatial_norm`,
+    Needs `group_norm.apply_group_norm`, `spatial_norm.apply_low_res_spatial_norm`,
     `causal_conv.apply_cache_first` and `conv.apply_conv_bias` applied first.
 
     Returns:
@@ -233,7 +233,7 @@ PATCHES = (
     Patch(
         "time_chunks", "blocks",
         "The decoder's resnet blocks convolve in time chunks whose inputs are built straight from the block input "
-        "(`patches.TimeChunkedResnetBlock3D`): no padded input stored whole (H200, bf16: 1.5 at (1,16,21,96,170) "
+        "(`time_chunks.TimeChunkedResnetBlock3D`): no padded input stored whole (H200, bf16: 1.5 at (1,16,21,96,170) "
         "20.40 -> 15.61 GiB, 2b at (1,16,13,60,90) 6.44 -> 5.80 GiB of temporaries).",
         lambda m, plan, mesh: apply_time_chunks(m),
         families=("cogvideox",),
