@@ -1,1 +1,1 @@
-"""Tests of cogvideox_torchax.patches: each patch alone, the frame scan, tiling."""
+"""Tests of cogvideox_torchax.patches: the patches every family takes; each family's own are under tests/families/."""

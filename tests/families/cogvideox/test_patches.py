@@ -1,4 +1,4 @@
-"""Each apply_* patch alone: idempotent, state dict untouched, same result."""
+"""CogVideoX's patches, each apply_* alone: idempotent, state dict untouched, same result."""
 
 import re
 import types
@@ -43,8 +43,6 @@ def _keys_and_shapes(m):
     [
         safe_conv.apply_safe_conv,
         group_norm.apply_group_norm,
-        patches.apply_silu,
-        patches.apply_conv_bias,
         causal_conv.apply_conv_cache_trim,
         causal_conv.apply_cache_first,
         spatial_norm.apply_low_res_spatial_norm,
@@ -109,26 +107,6 @@ def test_safe_conv_same_numbers_under_torchax():
     assert_close(got, expected, atol=1e-5, label="chunk-free conv")
 
 
-def test_width_sharding_meshes_replace_and_remove(fresh):
-    mesh = ct.make_mesh("dp=1,tp=1")
-    assert patches.apply_width_sharding(fresh, mesh) == 0  # one device: nothing to constrain
-
-    class FakeMesh:  # a two-device mesh is not available in this process
-        size = 2
-
-    first, second = FakeMesh(), FakeMesh()
-    n = patches.apply_width_sharding(fresh, first)
-    assert n > 0
-    assert patches.apply_width_sharding(fresh, second) == n
-    sharded = [m for m in fresh.modules() if isinstance(m, patches.ShardedOutputMixin)]
-    assert len(sharded) == n and all(m.activation_mesh is second for m in sharded)  # replaced, not stacked
-    assert patches.apply_width_sharding(fresh, None) == 0
-    assert all(m.activation_mesh is None for m in sharded)
-    # Eager torch still runs as upstream through the mixin.
-    z = torch.randn(1, 4, 2, 2, 2, generator=torch.Generator().manual_seed(0))
-    assert fresh.decode(z).sample.shape == (1, 3, 8, 16, 16)
-
-
 @pytest.mark.parametrize("order", ["safe_conv first", "conv_bias first"])
 def test_conv_patches_compose_in_either_order(fresh, order):
     first, second = (safe_conv.apply_safe_conv, patches.apply_conv_bias)
@@ -141,22 +119,6 @@ def test_conv_patches_compose_in_either_order(fresh, order):
     convs = [m for m in fresh.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))]
     assert all(isinstance(m, patches.FusedBiasConv) for m in convs)
     assert safe_conv.apply_safe_conv(fresh) == 0 and patches.apply_conv_bias(fresh) == 0
-
-
-def test_conv_bias_same_numbers_under_torchax():
-    conv2 = torch.nn.Conv2d(4, 6, kernel_size=3, padding=1).eval()
-    conv3 = CogVideoXSafeConv3d(4, 6, kernel_size=3, padding=(0, 1, 1)).eval()
-    holder = torch.nn.Sequential(conv2, conv3)
-    x2, x3 = torch.randn(2, 4, 6, 7), torch.randn(1, 4, 5, 6, 7)
-    with torch.no_grad():
-        expected = conv2(x2), conv3(x3)
-    assert patches.apply_conv_bias(holder) == 2
-    env = torchax.default_env()
-    with env, torch.no_grad():
-        holder.to("jax")
-        got = conv2(x2.to("jax")).to("cpu"), conv3(x3.to("jax")).to("cpu")
-    assert_close(got[0], expected[0], atol=1e-5, label="conv2d with fused bias")
-    assert_close(got[1], expected[1], atol=1e-5, label="safe conv3d with fused bias")
 
 
 @pytest.mark.parametrize("order", ["scan first", "tiles first"])
@@ -243,13 +205,6 @@ def test_low_res_spatial_norm_block_broadcast_equals_upstream(frames):
     text = jax.jit(run).lower(*args).as_text()
     # Time resized at latent size by slices and repeats (`take_indices`); nothing gathered at all.
     assert '"stablehlo.gather"' not in text
-
-
-def test_nearest_override_lives_in_our_own_environment():
-    torchax = import_torchax()
-    ours = patches.traced_environment(True)
-    assert ours is patches.traced_environment(True) and ours is not patches.traced_environment(False)
-    assert ours is not torchax.default_env()  # torchax's default environment is never edited
 
 
 @pytest.mark.parametrize("chunk_frames,whole_frames", [(3, 0), (5, 8)])
