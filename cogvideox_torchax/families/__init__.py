@@ -4,7 +4,7 @@ A family is detected from the upstream module's class or from a config's
 ``_class_name`` (a config without one is CogVideoX's, as configs saved
 before the second family were). Adding a family is a folder (its record,
 presets, config check, frame rules and patches) and one entry in
-`FAMILIES`; docs/design.md says what it takes.
+`FAMILIES`; docs/adding-a-family.md says what it takes.
 """
 
 from __future__ import annotations
