@@ -164,7 +164,7 @@ def test_the_draft_states_the_figures_and_every_failure():
     assert "- Hardware: NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04" in page
     assert "python -m x decode-1.5  # decode-1.5" in page  # the commands once, at the top
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in page.splitlines() if line.startswith("| ")}
-    # The table, from the same JSON: ours, the Flax port, eager torch.
+    # The results page's table, from the same JSON: ours, the Flax port, eager torch.
     assert rows["1.5, (1,16,21,96,170) bf16, steady (median of 2)"][0] == "5.333 s"
     assert rows["same, compile / first call"][0] == "32.5 / 37.9 s"
     assert rows["same, compiled temp / peak device"][0] == "16.96 / 18.32 GiB"

@@ -202,7 +202,7 @@ def test_outputs_are_not_clamped(tiny_upstream, tiny_flax):
     assert_close(actual, expected, atol=1e-3, label="flax tiny 50x latents")
 
 
-def test_activation_constraints_where_the_issue_asks(tiny_upstream, monkeypatch):
+def test_activation_constraints_on_the_input_each_resnet_each_up_block_and_the_output(tiny_upstream, monkeypatch):
     # One device cannot split anything, so `activation_sharding` skips the
     # constraints; force them on to see where they go.
     mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("dp", "tp"))

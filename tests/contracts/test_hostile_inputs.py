@@ -1,4 +1,4 @@
-"""Three classes of hostile input, closed as classes for both commands (issue 47).
+"""Three classes of hostile input, each closed as a whole class for both commands, not case by case.
 
 1. An entry under an input's name that cannot be read as one (a folder named
    ``x.safetensors``, a link to a folder, a link that leads nowhere or loops,
