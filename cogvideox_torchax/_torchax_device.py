@@ -77,11 +77,17 @@ def _registration_skipped() -> Iterator[None]:
 def _report_unrenamed_device(torchax: types.ModuleType) -> None:
     # torchax's tensors and views say ``jax:0``, which only parses once the
     # backend is renamed; the unrenamed name is the same device to torchax.
+    # torch's reference decompositions (``new_zeros`` and the like) look up
+    # the device's module by that name: torchax's, as it registers it for
+    # "jax". Registering a module renames nothing, so torch's accelerator
+    # stays as it is.
     import torch
 
     device = torch.device(UNRENAMED, 0)
     for cls in (torchax.tensor.Tensor, torchax.view.View):
         cls.device = property(lambda self: device, doc="The device torchax tensors live on (PrivateUse1).")
+    if not hasattr(torch, UNRENAMED):
+        torch._register_device_module(UNRENAMED, torchax.device_module)
 
 
 def import_confined() -> types.ModuleType:
