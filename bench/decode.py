@@ -5,11 +5,16 @@ One process, one set of latents and weights, one dtype and mesh::
     python -m bench.decode --model random:cogvideox-2b --shape 3,8,8 --shape 5,16,16 \\
         --systems torchax,flax,torch --repeats 3
 
-Systems: ``torchax`` (this project), ``flax`` (the NNX port in
-`bench.flax_vae`, jitted with the weights as arguments and sharded on the
-same mesh) and ``torch`` (upstream eager; CUDA when torch sees a GPU, else
-the CPU). For each: load time, first call (trace + compile + run),
-steady-state decode as the median of ``--repeats`` calls each ended by
+Systems (`bench.systems`, one record each): ``torchax`` (this project),
+``flax`` (the NNX port in `bench.flax_vae`, jitted with the weights as
+arguments and sharded on the same mesh) and upstream's own decode as GPU
+users would run it (CUDA when torch sees a GPU, else the CPU): ``torch``
+(eager), ``torch-compile`` (its decoder under ``torch.compile``, default
+mode; the first call is its compile time), ``torch-cl`` (eager, conv
+weights and latents channels-last) and ``torch-compile-cl`` (both). The
+report names the fastest torch row of each shape and ours' speedup over
+it (``fastest_torch``). For each: load time, first call (trace + compile +
+run), steady-state decode as the median of ``--repeats`` calls each ended by
 ``block_until_ready``, compiled temporary and argument bytes
 (``memory_analysis``), peak device bytes where the backend counts them,
 XLA's FLOP count (``cost_analysis``) next to the analytic convolution FLOPs
@@ -17,12 +22,13 @@ XLA's FLOP count (``cost_analysis``) next to the analytic convolution FLOPs
 share of the device peak (`bench.peak`) from XLA's count where it is within
 5 % of the analytic one, else from the analytic one (``flops_source``), max
 and mean abs error against upstream fp32 eager on the CPU, and each system's
-steady time over ours. The report's ``plan`` is what our decode decided to
-do (``vae.plan.as_dict()``), null where ours has no plan.
+steady time over ours and over the fastest torch row. The report's
+``plan`` is what our decode decided to do (``vae.plan.as_dict()``), null
+where ours has no plan.
 
-The pieces: `bench.inputs` (model, shapes, latents), `bench.runners` (the
-three systems), `bench.coldwarm`, `bench.flops`, `bench.report` (derived
-figures, table, plot).
+The pieces: `bench.inputs` (model, shapes, latents), `bench.systems` (what
+each system is), `bench.runners` (how each runs), `bench.coldwarm`,
+`bench.flops`, `bench.report` (derived figures, table, plot).
 
 Modes:
   ``--compile-only``  compile and report memory and FLOPs, run nothing (the
@@ -58,7 +64,6 @@ from bench import isolate
 from bench.coldwarm import child, child_argv, cold_warm
 from bench.inputs import (
     SWEEP_DEFAULTS,
-    SYSTEMS,
     family,
     flax_skipped,
     latent_channels,
@@ -68,6 +73,7 @@ from bench.inputs import (
 )
 from bench.report import derive, plot, print_table
 from bench.runners import BENCHES
+from bench.systems import SYSTEMS, system
 
 _MEMORY_SCHEDULER_FLAG = "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"
 _T0 = time.perf_counter()  # process start, near enough, for --cold-warm children
@@ -89,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=1, help="videos per decode (with a T,H,W shape)")
     p.add_argument("--dtype", default="float32", help="float32|bfloat16|float16 (fp32/bf16/fp16 accepted)")
     p.add_argument("--mesh", default=None, help="e.g. dp=1,tp=8 (default: every device on tp)")
-    p.add_argument("--systems", default="torchax,flax,torch", help=f"comma list of {', '.join(SYSTEMS)}")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma list of {', '.join(SYSTEMS)} (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="steady-state calls per system (median reported)")
     p.add_argument("--seed", type=int, default=0, help="seed for random weights and latents")
     p.add_argument("--compile-only", action="store_true", help="compile and report memory and FLOPs; run nothing")
@@ -158,8 +164,8 @@ def _json_config(config) -> dict[str, Any]:
 
 
 def _systems(args: argparse.Namespace) -> list[str]:
-    """The systems to measure, in order (eager torch compiles nothing: not with ``--compile-only``; the Flax port
-    is CogVideoX's: not for another family's model, `not_run` says why)."""
+    """The systems to measure, in order (torch rows compile nothing ahead of a call: not with ``--compile-only``;
+    the Flax port is CogVideoX's: not for another family's model, `not_run` says why)."""
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
@@ -168,7 +174,7 @@ def _systems(args: argparse.Namespace) -> list[str]:
     systems = [s for s in systems if s not in skipped]
     if not systems:
         raise SystemExit(f"error: no system to run: {'; '.join(f'{k} {v}' for k, v in skipped.items())}")
-    return [s for s in systems if s != "torch"] if args.compile_only else systems
+    return [s for s in systems if system(s).framework == "jax"] if args.compile_only else systems
 
 
 def not_run(args: argparse.Namespace) -> dict[str, str]:
@@ -211,6 +217,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         "options": args.option,
         "plan": None,
         "results": [],
+        "fastest_torch": [],
         "isolated": False,
     }
     peak_tflops, peak_source = (None, None) if args.compile_only else device_peak(dtype)
@@ -239,7 +246,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
                 elif plan != report["plan"]:
                     row["plan"] = plan
             rows.append(row)
-        derive(rows, peak_tflops)
+        best = derive(rows, peak_tflops)
+        report["fastest_torch"] += [best] if best else []
         report["results"] += rows
     if args.cold_warm:
         cw_argv = child_argv(argv)
@@ -273,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_memory_scheduler:
         # Must be in the environment before jax initialises its backend.
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _MEMORY_SCHEDULER_FLAG).strip()
-    if "torch" in args.systems.split(","):
+    if any(system(s).framework == "torch" for s in args.systems.split(",") if s in SYSTEMS):
         # JAX takes 75 % of a GPU's memory up front by default, which would
         # leave eager torch in the same process too little at 768x1360 (its
         # decode peaks at 45 GiB). Growing on demand leaves it the rest.

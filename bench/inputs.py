@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-SYSTEMS = ("torchax", "flax", "torch")
 SWEEP_DEFAULTS = {"frames": "1,3,5,9", "resolution": "8,16,24,32"}
 # The Flax NNX port (bench/flax_vae.py) is CogVideoX's decoder alone: for
 # another family's model the Flax system is not run, and the report says so.
@@ -41,7 +40,8 @@ def family_of_model(model: str):
 
 
 def load_upstream(model: str, seed: int):
-    """The upstream module of ``--model``: ``random:PRESET`` (seeded weights) or a local diffusers folder (its family's class)."""
+    """The upstream module of ``--model``: ``random:PRESET`` (seeded weights) or a local diffusers folder (its
+    family's class)."""
     import cogvideox_torchax as ct
 
     if model.startswith(RANDOM):

@@ -8,8 +8,10 @@ runs ``python -m bench.decode ... --systems S --isolate never --json``
 (JAX's preallocation off, as in one process with torch) and merges the
 children's reports into the report one process would print: the same keys,
 the rows in the same order (shape by shape, systems as listed), each
-shape's derived figures (time over ours, % of peak) recomputed across the
-children. ``--cold-warm`` processes start from the parent after the
+shape's derived figures (time over ours and over the fastest torch row,
+% of peak, ``fastest_torch``) recomputed across the children. Each torch
+row (eager, torch.compile, channels-last) is a system of its own, so a
+process of its own. ``--cold-warm`` processes start from the parent after the
 children have ended. A system whose process fails gets a row per shape
 with its ``error`` (the last line it printed on stderr) and ``returncode``,
 and the command exits 1 after printing the report.
@@ -129,10 +131,12 @@ def run_isolated(args: argparse.Namespace, argv: list[str], systems: list[str]) 
         "peak_source": None,
     }
     if first is not None:  # what every child measured alike: the first one's
-        report.update({k: v for k, v in first.items() if k not in ("command", "commit", "plan", "results")})
+        derived = ("command", "commit", "plan", "results", "fastest_torch")
+        report.update({k: v for k, v in first.items() if k not in derived})
     report["isolated"] = True
     report["not_run"] = not_run(args)  # each child was asked for its own system alone
     report["plan"] = reports["torchax"]["plan"] if "torchax" in reports else None
+    report["fastest_torch"] = []
     for shape in report["shapes"] or [None]:
         rows = []
         for name in systems:
@@ -143,7 +147,8 @@ def run_isolated(args: argparse.Namespace, argv: list[str], systems: list[str]) 
                 )
             else:
                 rows += [r for r in reports[name]["results"] if r["shape"] == shape]
-        derive(rows, report["peak_tflops"])
+        best = derive(rows, report["peak_tflops"])
+        report["fastest_torch"] += [best] if best else []
         report["results"] += rows
     if args.cold_warm:
         cw_argv = child_argv(argv)

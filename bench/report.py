@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench.systems import BY_NAME, TORCH_ROWS
+
 # XLA's FLOP count is used for the rate while it is within this share of the
 # analytic convolution count. Beyond it, XLA missed work (its GPU cost
 # analysis counts about nothing for cuDNN convolutions) or counted a lot of
@@ -21,14 +23,34 @@ def rate_flops(xla: float | None, analytic: float | None) -> tuple[float | None,
     return None, None
 
 
-def derive(rows: list[dict[str, Any]], peak_tflops: float | None) -> None:
-    """Steady medians, TFLOP/s, share of peak and time relative to ours, in place.
+def fastest_torch(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest torch row of one shape's rows (`bench.systems.TORCH_ROWS`, by steady time) and ours against it.
+
+    ``ours_speedup`` is its steady time over ours (null without ours). None
+    where no torch row has a steady time (none ran, or each one failed).
+    """
+    timed = [r for r in rows if r["system"] in TORCH_ROWS and r.get("steady_s")]
+    if not timed:
+        return None
+    best = min(timed, key=lambda r: r["steady_s"])
+    ours = next((r for r in rows if r["system"] == "torchax" and r.get("steady_s")), None)
+    return {
+        "shape": best["shape"],
+        "system": best["system"],
+        "steady_s": best["steady_s"],
+        "ours_speedup": best["steady_s"] / ours["steady_s"] if ours else None,
+    }
+
+
+def derive(rows: list[dict[str, Any]], peak_tflops: float | None) -> dict[str, Any] | None:
+    """Steady medians, TFLOP/s, share of peak and time relative to ours and to the fastest torch row, in place.
 
     Every row keeps both FLOP counts: ``flops`` (XLA's cost analysis, null
-    for eager torch) and ``analytic_conv_flops``; ``flops_source`` says which
-    one its TFLOP/s and % of peak use (`rate_flops`). Eager torch has no
-    count of its own and runs the same decode: its rate uses the analytic
-    count (ours' XLA count when there is no analytic one).
+    for the torch rows) and ``analytic_conv_flops``; ``flops_source`` says
+    which one its TFLOP/s and % of peak use (`rate_flops`). A torch row has
+    no count of its own and runs the same decode: its rate uses the analytic
+    count (ours' XLA count when there is no analytic one). Returns the
+    shape's `fastest_torch`.
     """
     for row in rows:
         times = row.get("steady_all_s")
@@ -39,11 +61,14 @@ def derive(rows: list[dict[str, Any]], peak_tflops: float | None) -> None:
         xla, analytic = row.get("flops"), row.get("analytic_conv_flops")
         row["flops_vs_analytic"] = xla / analytic if xla and analytic else None
         flops, row["flops_source"] = rate_flops(xla, analytic)
-        if flops is None and same_work:  # eager torch without an analytic count: ours' (same decode)
+        if flops is None and same_work:  # a torch row without an analytic count: ours' (same decode)
             flops, row["flops_source"] = same_work, "xla"
         row["tflops_per_s"] = flops / row["steady_s"] / 1e12 if flops and row["steady_s"] else None
         row["pct_of_peak"] = 100 * row["tflops_per_s"] / peak_tflops if row["tflops_per_s"] and peak_tflops else None
         row["time_vs_ours"] = row["steady_s"] / ours["steady_s"] if ours.get("steady_s") and row["steady_s"] else None
+    best = fastest_torch(rows)
+    for row in rows:
+        row["time_vs_fastest_torch"] = row["steady_s"] / best["steady_s"] if best and row["steady_s"] else None
         for key in (
             "compile_s",
             "first_call_s",
@@ -54,6 +79,7 @@ def derive(rows: list[dict[str, Any]], peak_tflops: float | None) -> None:
             "analytic_conv_flops",
         ):
             row.setdefault(key, None)
+    return best
 
 
 # -- the table ---------------------------------------------------------------------
@@ -94,6 +120,7 @@ COLUMNS = [
     ("max_abs_err", "max err", ""),
     ("mean_abs_err", "mean err", ""),
     ("time_vs_ours", "time/ours", ""),
+    ("time_vs_fastest_torch", "time/fastest torch", ""),
 ]
 COLD_WARM_COLUMNS = [
     ("cold_first_frame_s", "cold first frame s", ""),
@@ -125,6 +152,9 @@ def print_table(report: dict[str, Any]) -> None:
     for row in report["results"]:
         if row.get("error"):
             print(f"# {row['system']} failed (exit code {row.get('returncode')}): {row['error']}")
+    for best in report.get("fastest_torch") or []:
+        speedup = f"; ours {best['ours_speedup']:.3g}x faster" if best.get("ours_speedup") else ""
+        print(f"# fastest torch row at {tuple(best['shape'])}: {best['system']}, {best['steady_s']:.3g} s{speedup}")
     cols = COLUMNS + (COLD_WARM_COLUMNS if any("cold_first_frame_s" in r for r in report["results"]) else [])
     print("| system | latents | " + " | ".join(c[1] for c in cols) + " |")
     print("|---" * (len(cols) + 2) + "|")
@@ -148,7 +178,7 @@ def print_table(report: dict[str, Any]) -> None:
 def plot(report: dict[str, Any], path: str) -> None:
     """Steady time, compile (first-call for torch) time and compiled temporaries against the swept axis.
 
-    One line per system; torch has no compiled program, so no memory line.
+    One line per system; torch rows have no compiled program, so no memory line.
     """
     import matplotlib
 
@@ -163,14 +193,14 @@ def plot(report: dict[str, Any], path: str) -> None:
         rows = [r for r in measured if r["system"] == system]
         xs = [r["shape"][index] for r in rows]
         a1.plot(xs, [r.get("steady_s") for r in rows], "o-", label=system)
-        compile_key = "first_call_s" if system == "torch" else "compile_s"
+        compile_key = "compile_s" if BY_NAME[system].compiles else "first_call_s"
         a2.plot(xs, [r.get(compile_key) for r in rows], "o-", label=system)
         temp = [(x, r["temp_bytes"] / 2**30) for x, r in zip(xs, rows, strict=True) if r.get("temp_bytes")]
         if temp:
             a3.plot(*zip(*temp, strict=True), "o-", label=system)
     xlabel = "latent frames" if axis == "frames" else "latent height = width"
     a1.set(xlabel=xlabel, ylabel="steady decode s (median)", title="decode time")
-    a2.set(xlabel=xlabel, ylabel="s", title="compile (torch: first call)")
+    a2.set(xlabel=xlabel, ylabel="s", title="compile (eager torch: first call)")
     a3.set(xlabel=xlabel, ylabel="GiB", title="compiled temporaries")
     for a in (a1, a2, a3):
         a.grid(alpha=0.3)

@@ -1,19 +1,23 @@
-"""The three systems `bench.decode` measures, each run the same way on the same latents.
+"""The systems `bench.decode` measures (`bench.systems`), each run the same way on the same latents.
 
 Each runner takes the upstream module, the latents and the parsed arguments
 and returns one result row: load and compile time, first and steady calls,
 compiled memory, peak device memory, XLA's FLOP count (jitted systems) and,
 with ``--profile``, a per-op breakdown. ``output`` holds the last decode
-(the caller compares it with the reference and drops it).
+(the caller compares it with the reference and drops it). Every torch row
+is one runner, `bench_torch`, set by its record (torch.compile,
+channels-last).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from typing import Any
 
 from bench.inputs import load_upstream, options
+from bench.systems import RECORDS, System, system
 
 # -- measurements shared by the jitted systems ---------------------------------
 
@@ -130,7 +134,41 @@ def bench_flax(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-def bench_torch(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
+def channels_last(module) -> None:
+    """Every convolution weight of ``module`` channels-last, in place: Conv3d's in ``channels_last_3d``, Conv2d's in
+    ``channels_last``.
+
+    Both families' upsamplers hold 2-D convolutions (4-D weights), on which
+    ``module.to(memory_format=torch.channels_last_3d)`` raises; they take the
+    same layout in two dimensions, so that every convolution of the row has a
+    channels-last weight. Other weights (norms' scales) stay as they are, and
+    upstream's code too: where its pads and concatenations hand a convolution
+    a contiguous input, that is what a user converting the module gets.
+    """
+    import torch
+
+    formats = {5: torch.channels_last_3d, 4: torch.channels_last}
+    for m in module.modules():
+        if isinstance(m, torch.nn.modules.conv._ConvNd) and m.weight.dim() in formats:
+            m.weight.data = m.weight.data.contiguous(memory_format=formats[m.weight.dim()])
+
+
+def _dynamo_counts() -> dict[str, int]:
+    """torch.compile's graphs and graph breaks so far in this process (dynamo's counters)."""
+    from torch._dynamo.utils import counters
+
+    return {"graphs": counters["stats"]["unique_graphs"], "graph_breaks": sum(counters["graph_break"].values())}
+
+
+def bench_torch(system: System, upstream, z, args: argparse.Namespace) -> dict[str, Any]:
+    """Upstream's own decode, eager or its decoder under ``torch.compile`` (default mode), channels-last or not.
+
+    A fresh copy of the module (``upstream`` stays as it is), on CUDA where
+    torch sees a GPU. ``torch.compile`` compiles on the first call: from
+    ``compile()`` to that call's end is the row's compile time (``compile_s``
+    = ``first_call_s``), the steady time the median of the calls after it; ``torch_compile`` counts
+    its graphs and graph breaks (a decode that fell back to eager shows).
+    """
     import torch
 
     from cogvideox_torchax.config import canonical_dtype
@@ -140,6 +178,9 @@ def bench_torch(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     module = load_upstream(args.model, args.seed).to(device=device, dtype=dtype)
     zt = z.to(device=device, dtype=dtype)
+    if system.channels_last:
+        channels_last(module)
+        zt = zt.contiguous(memory_format=torch.channels_last_3d)
     t1 = time.perf_counter()
 
     def run():
@@ -149,17 +190,26 @@ def bench_torch(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.synchronize()
         return out
 
-    # Eager: nothing is compiled; the CPU has no peak counter torch keeps.
+    # The CPU has no peak counter torch keeps.
     row: dict[str, Any] = {"load_s": t1 - t0, "compile_s": None, "device": device, "peak_device_bytes": None}
     if args.compile_only:
         return row
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    before = None
     t = time.perf_counter()
+    if system.torch_compile:  # on the clock: torch.compile's setup (its first one imports inductor) is its cost
+        torch._dynamo.reset()  # another compiled row of this process leaves no graph or recompile count behind
+        before = _dynamo_counts()
+        module.decoder.compile()  # the per-frame-batch network; decode's own loop and caches stay upstream's
     run()
     row["first_call_s"] = time.perf_counter() - t
+    if system.torch_compile:
+        row["compile_s"] = row["first_call_s"]
     row["time_to_first_frame_s"] = row["load_s"] + row["first_call_s"]
     row["steady_all_s"], row["output"] = _steady(run, args.repeats)
+    if before is not None:  # after the steady calls: a recompile there counts too
+        row["torch_compile"] = {k: v - before[k] for k, v in _dynamo_counts().items()}
     row["peak_device_bytes"] = torch.cuda.max_memory_allocated() if device == "cuda" else None
     if args.profile:
         row["profile"] = _torch_breakdown(run, device)
@@ -216,4 +266,12 @@ def _torch_breakdown(run, device: str) -> dict[str, Any]:
     return {"total_ms": total, "categories": categories, "top_ops": top_ops}
 
 
-BENCHES = {"torchax": bench_torchax, "flax": bench_flax, "torch": bench_torch}
+def runner(name: str):
+    """The runner of the system ``name``: ours, the Flax port, or `bench_torch` set by the torch row's record."""
+    record = system(name)
+    if record.framework == "torch":
+        return functools.partial(bench_torch, record)
+    return {"torchax": bench_torchax, "flax": bench_flax}[name]
+
+
+BENCHES = {s.name: runner(s.name) for s in RECORDS}

@@ -2,8 +2,9 @@
 
 `ROWS` maps a step's ``kind`` to what reads its record (``stdout_json``:
 the JSON its command printed) into rows of ``(what, {system: cell})``; the
-table has a column per system of `bench.suite_steps.SYSTEMS`, the Flax
-port's saying "CogVideoX only" on other families' rows.
+table has a column per system (`bench.systems.RECORDS`' ``column``), the
+Flax port's saying "CogVideoX only" on other families' rows. A decode's
+rows name the fastest torch row and give ours' speedup over it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.suite_steps import FLAX_PORT_FAMILIES
+from bench.systems import RECORDS
 
-COLUMNS = {"torchax": "ours", "flax": "Flax port", "torch": "eager torch"}
+COLUMNS = {s.name: s.column for s in RECORDS}
 
 # Each kind turns its step's JSON into table rows: (what, {system: cell}).
 
@@ -71,6 +73,12 @@ def _decode_rows(record: dict[str, Any]) -> Rows:
         return _gib(r.get("peak_device_bytes"))
 
     head = f"{record['label']}, {_dims(report['shape'])} {_short_dtype(report['dtype'])}, steady (median of {repeats})"
+    best = next((b for b in report.get("fastest_torch") or [] if b["shape"] == report["shape"]), None)
+    fastest = {}
+    if best:  # the report's own pick (`bench.report.fastest_torch`), named in its column
+        fastest[best["system"]] = f"the fastest torch row ({best['steady_s']:.3f} s)"
+        if best.get("ours_speedup"):
+            fastest["torchax"] = f"{best['ours_speedup']:.3g}x faster"
     return [
         (head, _cells(rows, lambda r: f"{_n(r.get('steady_s'), '.3f')} s", True)),
         ("same, compile / first call", _cells(rows, lambda r: f"{_n(r.get('compile_s'))} / "
@@ -79,6 +87,7 @@ def _decode_rows(record: dict[str, Any]) -> Rows:
                                                                 f"{peak_cell(r)} GiB", False)),
         (f"same, TFLOP/s ({_n(analytic and analytic / 1e12, '.4g')} TFLOP analytic)", _cells(rows, rate, False)),
         ("same, time over ours", _cells(rows, lambda r: _n(r.get("time_vs_ours"), ".3g"), False) if ours else {}),
+        ("same, ours against the fastest torch row", fastest),
     ]  # fmt: skip
 
 

@@ -13,7 +13,8 @@ import dataclasses
 
 # The Flax NNX port (bench/flax_vae.py) is of CogVideoX's decoder only: no
 # other family's step runs it, and its column says so on their rows.
-from bench.inputs import FLAX_PORT_FAMILIES, SYSTEMS
+from bench.inputs import FLAX_PORT_FAMILIES
+from bench.systems import SYSTEMS, TORCH_ROWS
 
 __all__ = ["FLAX_PORT_FAMILIES", "STEPS", "SYSTEMS", "Step", "step_systems"]
 
@@ -48,12 +49,15 @@ class Step:
     timeout_s: int = 900
 
 
-# The H100 page's rows (issue 48), in its order; then Wan's.
+# The H100 page's rows (issue 48), in its order; then Wan's. The four decodes (2b, 1.5, Wan 2.1 at 480p and
+# 720p) run every torch row (issue 56: eager, torch.compile, channels-last, both), each in its own process on
+# an accelerator; `--only decode-2b,decode-wan2.1-720p,decode-1.5` runs the most wanted first.
 STEPS: tuple[Step, ...] = (
     Step("decode-2b", "decode", "2b", "random:cogvideox-2b", "13,60,90"),
     Step("decode-1.5", "decode", "1.5", "random:cogvideox-1.5", "21,96,170", quick_shape="3,4,6", repeats=2,
          timeout_s=1500),
-    Step("parity-2b", "parity", "2b", "random:cogvideox-2b", "3,16,16", repeats=1, timeout_s=600),
+    Step("parity-2b", "parity", "2b", "random:cogvideox-2b", "3,16,16", systems=("torchax", "flax", "torch"), repeats=1,
+         timeout_s=600),
     Step("cold-warm-2b", "cold-warm", "2b", "random:cogvideox-2b", "13,60,90", systems=("torchax",), repeats=1),
     # Where a steady 2b decode's time goes, op by op (issue 48: the share of the peak not used).
     Step("profile-2b", "profile", "2b", "random:cogvideox-2b", "13,60,90", systems=("torchax", "torch"), repeats=1,
@@ -62,12 +66,12 @@ STEPS: tuple[Step, ...] = (
          timeout_s=600),
     Step("readme", "readme", "2b", "random:cogvideox-2b", "1,16,3,8,8", quick_shape="1,4,2,4,4",
          systems=("torchax",), timeout_s=300),
-    # Wan 2.1 (issue 46): 81 frames at 480x832, ours against eager torch, each in its own process.
+    # Wan 2.1 (issue 46): 81 frames at 480x832, ours against the torch rows, each in its own process.
     Step("decode-wan2.1", "decode", "Wan 2.1", "random:wan2.1", "21,60,104", quick_model="random:wan-tiny",
-         family="wan", systems=("torchax", "torch"), timeout_s=1500),
+         family="wan", systems=("torchax", *TORCH_ROWS), timeout_s=1500),
     # 720p x 81: issue 46's memory goal (8 GiB on one H100/H200) measured on the device.
     Step("decode-wan2.1-720p", "decode", "Wan 2.1", "random:wan2.1", "21,90,160", quick_model="random:wan-tiny",
-         family="wan", systems=("torchax", "torch"), repeats=2, timeout_s=1500),
+         family="wan", systems=("torchax", *TORCH_ROWS), repeats=2, timeout_s=1500),
     Step("parity-wan2.1", "parity", "Wan 2.1", "random:wan2.1", "3,16,16", quick_model="random:wan-tiny",
          family="wan", systems=("torchax", "torch"), repeats=1, timeout_s=600),
 )  # fmt: skip
