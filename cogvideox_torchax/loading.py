@@ -30,6 +30,7 @@ from cogvideox_torchax.io.model_files import (
 from cogvideox_torchax.memory import budget
 from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel.sharding import make_mesh
+from cogvideox_torchax.vae.program import tiling_switches
 from cogvideox_torchax.vae.torchax_vae import TorchaxVAE
 
 
@@ -39,6 +40,19 @@ def _options(dtype: str | torch.dtype, options: RuntimeOptions | None) -> Runtim
     if dtype is not None and RuntimeOptions(dtype=dtype).dtype != options.dtype:
         raise ValueError(f"dtype={dtype!r} disagrees with options.dtype={options.dtype!r}")
     return options
+
+
+def _check_loaded(state_dict: Mapping[str, torch.Tensor]) -> None:
+    # A module built without its weights (accelerate's init_empty_weights, or
+    # with sequential CPU offload's hooks holding them) has only meta tensors.
+    on_meta = [key for key, t in state_dict.items() if t.is_meta]
+    if on_meta:
+        raise ValueError(
+            f"{len(on_meta)} of the VAE's {len(state_dict)} weights are on the meta device ({on_meta[0]!r} first): "
+            "the module was built without them (accelerate's init_empty_weights, or sequential CPU offload's "
+            "hooks). Load the weights first (the class's from_pretrained, load_state_dict(..., assign=True), or "
+            "pipe.remove_all_hooks() after enable_sequential_cpu_offload), then wrap"
+        )
 
 
 def build(
@@ -58,6 +72,7 @@ def build(
     """
     opts = _options(dtype, options)
     budget.parse_memory(max_memory)  # refused before the weights are read
+    _check_loaded(state_dict)
     device_mesh = make_mesh(mesh)
     started = time.perf_counter()
     module = checked_module(config, state_dict, None if family is None else families.get(family))
@@ -121,9 +136,10 @@ def wrap(
     """Wraps an already-built upstream VAE, e.g. ``pipe.vae``.
 
     The given module is left untouched (still usable eagerly); its config and
-    weights are copied into a patched twin, and so are its tiling and slicing
-    switches (``pipe.vae.enable_tiling()`` before wrapping carries over) and
-    its device (where results of non-torch inputs go, as `TorchaxVAE.device`).
+    weights are copied into a patched twin, and so are its settings (tiling,
+    slicing and frames per batch: ``pipe.vae.enable_tiling()`` or a tile size
+    set by hand before wrapping carries over) and its device (where results
+    of non-torch inputs go, as `TorchaxVAE.device`).
     A `TorchaxVAE` (e.g. ``pipe.vae`` of a pipeline saved with one) is
     returned as it is, converted to ``dtype`` if one is given.
 
@@ -134,6 +150,11 @@ def wrap(
         mesh: as `from_pretrained`.
         options: as `from_pretrained`.
         max_memory: as `from_pretrained`.
+
+    Raises:
+        TypeError: a module of a family this runtime does not run.
+        ValueError: a module whose weights are still on the meta device
+            (built without them): the message says how to load them.
     """
     if isinstance(vae_module, TorchaxVAE):
         if mesh is not None or options is not None or max_memory != "auto":
@@ -149,10 +170,8 @@ def wrap(
         vae_module.config, vae_module.state_dict(), dtype=dtype, mesh=mesh, options=options, max_memory=max_memory,
         family=family.name,
     )
-    if vae_module.use_tiling:
-        vae.enable_tiling(**family.tiling_keywords(vae_module))
-    if vae_module.use_slicing:
-        vae.enable_slicing()
+    for name, value in tiling_switches(vae_module).items():
+        setattr(vae, name, value)  # upstream's settings, as the module holds them (nothing compiled yet)
     if vae_module.device.type != "meta":
         vae.to(vae_module.device)
     return vae

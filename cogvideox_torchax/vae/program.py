@@ -22,9 +22,21 @@ torchax = import_torchax()
 from torchax import interop  # noqa: E402
 
 
-# Upstream's module attributes that say how to tile and slice; read while tracing.
+def is_setting(name: str) -> bool:
+    """Whether ``name`` is one of upstream's settings: tiling, slicing and frames per batch, read while tracing.
+
+    ``use_tiling``, ``use_slicing``, ``tile_*`` (sizes, strides, overlaps),
+    ``use_framewise_*`` and ``num_*_batch_size`` (CogVideoX's latent and
+    sample frames per batch): what ``enable_tiling`` and ``enable_slicing``
+    set, or a user by hand, and what upstream's decode and encode read.
+    """
+    return (name in ("use_tiling", "use_slicing") or name.startswith(("tile_", "use_framewise_"))
+            or (name.startswith("num_") and name.endswith("_batch_size")))
+
+
 def tiling_switches(module: torch.nn.Module) -> dict[str, Any]:
-    return {k: v for k, v in vars(module).items() if k.startswith(("use_tiling", "use_slicing", "tile_"))}
+    """The settings (`is_setting`) ``module`` holds, as upstream's module attributes."""
+    return {k: v for k, v in vars(module).items() if is_setting(k)}
 
 
 class Program:

@@ -2,10 +2,11 @@
 
 `UpstreamSurface` holds the parts of that surface that are upstream's
 calling conventions (``forward``, tiling and slicing switches, ``to``,
-``eval``/``train``) and refuses the rest with `UnsupportedAttributeError`
-instead of running eager torch. The class using it provides ``module``
-(the patched upstream module), ``programs`` (its `ProgramCache`),
-``reset_programs``, ``decode`` and ``encode``.
+``eval``/``train``); upstream's other attributes read through when they
+are plain data and are refused otherwise (`attributes`: the rule, and
+which writes reach the VAE), instead of running eager torch. The class
+using it provides ``module`` (the patched upstream module), ``programs``
+(its `ProgramCache`), ``reset_programs``, ``decode`` and ``encode``.
 """
 
 from __future__ import annotations
@@ -18,83 +19,16 @@ from typing import Any
 
 import torch
 from diffusers.models.autoencoders.vae import DecoderOutput
-from diffusers.utils import deprecate
 
 from cogvideox_torchax import families
-
-# What `TorchaxVAE` offers of upstream's surface; other upstream attributes
-# raise `UnsupportedAttributeError` naming this list.
-INFERENCE_SURFACE = (
-    "decode",
-    "encode",
-    "forward",
-    "enable_tiling",
-    "disable_tiling",
-    "enable_slicing",
-    "disable_slicing",
-    "use_tiling",
-    "use_slicing",
-    "config",
-    "dtype",
-    "device",
-    "to",
-    "eval",
-    "train",
-    "training",
-    "requires_grad_",
-    "save_pretrained",
-    "from_pretrained",
-    "half",
-    "float",
-    "bfloat16",
-    "double",
-    "type",
-    "cpu",
-    "cuda",
+from cogvideox_torchax.vae import attributes
+from cogvideox_torchax.vae.attributes import (
+    INFERENCE_SURFACE,
+    UnsupportedAttributeError,
+    refuse_other_module_attributes,
 )
 
-# torch.nn.Module and ModelMixin attributes that diffusers' pipelines and
-# accelerate's offload hooks use on any component, and that are true of this
-# VAE as they stand: it has no torch submodules (`modules` yields itself,
-# `children` nothing) and its config file name is upstream's.
-_MODULE_ATTRIBUTES_KEPT = (
-    "modules",
-    "named_modules",
-    "children",
-    "named_children",
-    "config_name",
-    "extra_repr",
-    "dump_patches",
-    "call_super_init",
-)
-
-
-def refuse_other_module_attributes(cls: type) -> type:
-    """Makes the public ``torch.nn.Module`` / ``ModelMixin`` attributes of ``cls`` outside the surface refused.
-
-    ``state_dict``, ``parameters``, hooks, gradient checkpointing and the
-    rest would act on torch parameters and submodules the VAE does not
-    have (its weights are JAX arrays), silently. Each becomes a property
-    that raises `UnsupportedAttributeError` as upstream attributes missing
-    here do, so ``hasattr`` says no.
-    """
-    names = {name for base in cls.__mro__ for name in vars(base) if not name.startswith("_")}
-    for name in sorted(names - set(INFERENCE_SURFACE) - set(_MODULE_ATTRIBUTES_KEPT)):
-        # Refused only where torch's or diffusers' definition is the one found (ours win).
-        owner = next(base for base in cls.__mro__ if name in vars(base))
-        if owner.__module__.startswith(("torch.", "diffusers.")):
-            setattr(cls, name, property(functools.partial(UpstreamSurface.__getattr__, name=name)))
-    return cls
-
-
-
-class UnsupportedAttributeError(AttributeError, NotImplementedError):
-    """An upstream VAE's attribute (`AutoencoderKLCogVideoX`, `AutoencoderKLWan`) that `TorchaxVAE` does not offer.
-
-    Both an AttributeError (so ``hasattr`` and ``getattr(obj, name, default)``
-    answer "absent", as diffusers' pipelines probe components) and a
-    NotImplementedError (it exists upstream, just not here).
-    """
+__all__ = ["INFERENCE_SURFACE", "UnsupportedAttributeError", "UpstreamSurface", "refuse_other_module_attributes"]
 
 
 class _family_signature:  # noqa: N801 (used as a decorator)
@@ -332,29 +266,11 @@ class UpstreamSurface:
         return self
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached when ordinary lookup fails: tell upstream's other
-        # attributes apart from plain typos.
-        programs = self.__dict__.get("programs")
-        if programs is None or name.startswith("__"):
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
-        module = programs.own.module
-        if name in module.config and name not in vars(module):
-            # Upstream's deprecated direct config access, with its warning.
-            deprecate(
-                "direct config name access",
-                "1.0.0",
-                f"Accessing config attribute `{name}` directly via '{type(self).__name__}' object attribute is "
-                f"deprecated. Please access '{name}' over '{type(self).__name__}'s config object instead, e.g. "
-                f"'vae.config.{name}'.",
-                standard_warn=False,
-                stacklevel=3,
-            )
-            return module.config[name]
-        if hasattr(module, name):
-            raise UnsupportedAttributeError(
-                f"TorchaxVAE does not offer {self.family.class_name}.{name}: it runs only the inference "
-                f"surface ({', '.join(INFERENCE_SURFACE)}) under JAX; use the upstream module for anything else",
-                name=name,
-                obj=self,
-            )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
+        # Only reached when ordinary lookup fails: upstream's plain data,
+        # else upstream's other attributes told apart from plain typos.
+        return attributes.read(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Upstream's settings reach the patched module; its other attributes are refused.
+        if not attributes.write(self, name, value):
+            super().__setattr__(name, value)
