@@ -1,4 +1,8 @@
-"""Saving a `TorchaxVAE` in upstream's format, so that upstream's and our `from_pretrained` load it back."""
+"""Upstream's folder format for a `TorchaxVAE`, both ways.
+
+Saving writes what upstream's and our `from_pretrained` load back; reading
+is what diffusers' pipeline loader asks of a folder that names our class.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 
 import torch
 
+from cogvideox_torchax.io import model_files
 from cogvideox_torchax.io.model_files import WEIGHTS_NAME, with_variant
 from cogvideox_torchax.io.outputs import atomic_output
 from cogvideox_torchax.parallel import distributed
@@ -65,3 +70,30 @@ def save_pretrained(
     with atomic_output(folder / with_variant(WEIGHTS_NAME, variant), overwrite=True) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
     return folder
+
+
+def read_saved(
+    pretrained_model_name_or_path: str | os.PathLike,
+    subfolder: str | None = None,
+    variant: str | None = None,
+    dtype: torch.dtype | None = None,
+    loader_kwargs: dict[str, Any] | None = None,
+) -> tuple[torch.nn.Module, dict[str, torch.Tensor], torch.dtype]:
+    """A saved VAE folder's checked upstream module (structure), its state dict and the dtype to run in.
+
+    ``dtype`` None keeps the dtype the weights were saved in (float32 if
+    they mix dtypes).
+
+    Raises:
+        NotImplementedError: diffusers' device maps, offloading,
+            quantization or non-safetensors loading in ``loader_kwargs``.
+        ModelLoadError: as `cogvideox_torchax.from_pretrained`.
+    """
+    model_files.check_loader_kwargs(loader_kwargs or {})
+    folder = model_files.resolve_model_dir(pretrained_model_name_or_path, subfolder)
+    config = model_files.read_config(folder)
+    state_dict = model_files.read_state_dict(folder, variant)
+    if dtype is None:
+        dtypes = {t.dtype for t in state_dict.values()}
+        dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+    return model_files.checked_module(config, state_dict), state_dict, dtype

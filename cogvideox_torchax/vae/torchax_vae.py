@@ -1,12 +1,13 @@
 """`TorchaxVAE`: the patched upstream VAE, encoding and decoding as jits over a mesh.
 
 A facade: the programs and weight copies are a `ProgramCache`'s, the memory
-plans a `Planner`'s, upstream's calling conventions `UpstreamSurface`'s.
+plans a `Planner`'s, upstream's calling conventions `UpstreamSurface`'s (its
+attributes `attributes`'), a call's slicing and placement `calls`', the
+folder format `saving`'s.
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import os
 from collections.abc import Iterator, Mapping
@@ -26,14 +27,12 @@ from jax.sharding import Mesh
 
 from cogvideox_torchax.config import canonical_dtype
 from cogvideox_torchax.families import Family
-from cogvideox_torchax.io import model_files
 from cogvideox_torchax.memory import budget
 from cogvideox_torchax.memory.planner import Planner
-from cogvideox_torchax.memory.retry import retry_out_of_memory
 from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import sharding
 from cogvideox_torchax.platforms.run_plan import RunPlan
-from cogvideox_torchax.vae import stream
+from cogvideox_torchax.vae import calls, saving, stream
 from cogvideox_torchax.vae.ahead_of_time import AheadOfTime
 from cogvideox_torchax.vae.program_cache import ProgramCache, ProgramKey, to_host_torch, to_numpy
 from cogvideox_torchax.vae.stream import VideoChunk
@@ -45,21 +44,6 @@ from cogvideox_torchax.vae.upstream_surface import (
 )
 
 __all__ = ["INFERENCE_SURFACE", "TorchaxVAE", "UnsupportedAttributeError", "to_host_torch"]
-
-# The VAE and planner a running decode or encode started with (per thread):
-# every batch element of a sliced call, and its retry, use that planner, so
-# a `to(dtype)` meanwhile does not mix dtypes within one call.
-_CALL: contextvars.ContextVar[tuple[Any, Planner] | None] = contextvars.ContextVar("torchax_vae_call", default=None)
-
-
-def _check_5d(shape: tuple[int, ...], what: str, layout: str, channels: int) -> None:
-    if len(shape) != 5:
-        raise ValueError(f"{what} must be {layout}, got shape {tuple(shape)}")
-    if shape[1] != channels:
-        raise ValueError(f"{what} must have {channels} channels (dim 1), got shape {tuple(shape)}")
-    if min(shape) < 1:
-        raise ValueError(f"{what} shape {tuple(shape)} has an empty dimension")
-
 
 @refuse_other_module_attributes
 class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
@@ -74,8 +58,12 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     (e.g. ``pipe.vae`` of diffusers' CogVideoX and Wan pipelines): `decode`, `encode`,
     `forward` (also by calling it), `enable_tiling` / `disable_tiling`,
     `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device`, `to`
-    and `save_pretrained`. Any other upstream attribute (training, hooks, submodules)
-    raises `UnsupportedAttributeError` instead of running eager torch.
+    and `save_pretrained`. Upstream's other public attributes read as
+    upstream's when their value is plain data (``vae.temperal_downsample``,
+    the tile sizes), and its settings (tiling, slicing, frames per batch) may
+    be written (`attributes`); anything else of upstream's (training, hooks,
+    submodules) raises `UnsupportedAttributeError` instead of running eager
+    torch.
 
     It is a diffusers `ModelMixin` (so a ``torch.nn.Module``) without torch
     parameters or submodules, so that pipelines treat it as a component:
@@ -219,15 +207,9 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         """
         if dtype is not None and torch_dtype is not None and dtype != torch_dtype:
             raise ValueError(f"dtype={dtype} and torch_dtype={torch_dtype} disagree")
-        chosen = dtype if dtype is not None else torch_dtype
-        model_files.check_loader_kwargs(kwargs)
-        folder = model_files.resolve_model_dir(pretrained_model_name_or_path, subfolder)
-        config = model_files.read_config(folder)
-        state_dict = model_files.read_state_dict(folder, variant)
-        if chosen is None:
-            dtypes = {t.dtype for t in state_dict.values()}
-            chosen = dtypes.pop() if len(dtypes) == 1 else torch.float32
-        module = model_files.checked_module(config, state_dict)
+        module, state_dict, chosen = saving.read_saved(
+            pretrained_model_name_or_path, subfolder, variant, dtype if dtype is not None else torch_dtype, kwargs
+        )
         return cls(module, state_dict, RuntimeOptions(dtype=chosen), sharding.make_mesh(None))
 
     @property
@@ -248,7 +230,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
 
     def check_latents(self, shape: tuple[int, ...]) -> None:
         """Raises ValueError unless ``shape`` is a decodable (B, C, T, H, W)."""
-        _check_5d(shape, "latents", "(B, C, T, H, W)", self.family.latent_channels(self.config))
+        calls.check_5d(shape, "latents", "(B, C, T, H, W)", self.family.latent_channels(self.config))
 
     def check_video(self, shape: tuple[int, ...]) -> None:
         """Raises ValueError unless ``shape`` is an encodable (B, C, F, H, W) video.
@@ -259,7 +241,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         by its spatial compression decode back to the same frame count and
         size.
         """
-        _check_5d(shape, "video", "(B, C, F, H, W)", self.family.video_channels(self.config))
+        calls.check_5d(shape, "video", "(B, C, F, H, W)", self.family.video_channels(self.config))
 
     def prepare(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.stages.Compiled, tuple]:
         """The planned executable of ``kind`` for ``x`` and its arguments (the weights and ``x`` on the plan's mesh).
@@ -268,40 +250,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         A shape already compiled is found without waiting for another
         thread's compile; the executable runs outside any lock.
         """
-        shape = tuple(x.shape)
-        (self.check_video if kind == "encode" else self.check_latents)(shape)
-        planner = self._call_planner()  # one VAE state throughout, whatever `to` does meanwhile
-        executable, weights, mesh = planner.executable(kind, shape)
-        arr = to_numpy(x, np.dtype(planner.programs.options.jax_dtype))
-        return executable, (weights, sharding.place(arr, sharding.input_sharding(arr.shape, mesh)))
-
-    def _call_planner(self) -> Planner:
-        # The planner of the call this thread is running on this VAE, else the current one.
-        call = _CALL.get()
-        return call[1] if call is not None and call[0] is self else self.planner
-
-    def _execute(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
-        def run() -> Any:
-            executable, args = self.prepare(kind, x)
-            return executable(*args)
-
-        return retry_out_of_memory(self._call_planner(), kind, tuple(x.shape), run)
-
-    def _run(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
-        # With slicing on (upstream's enable_slicing), one batch element at a
-        # time: one executable for batch 1, results joined on device. Each
-        # part is placed anew, as a compiled program takes only the argument
-        # sharding it was compiled for.
-        token = _CALL.set((self, self.planner))
-        try:
-            if not self.use_slicing or x.shape[0] == 1:
-                return self._execute(kind, x)
-            parts = [self._execute(kind, x[i : i + 1]) for i in range(x.shape[0])]
-        finally:
-            _CALL.reset(token)
-        if kind == "frames":
-            return tuple(jax.numpy.concatenate(p, axis=0) for p in zip(*parts, strict=True))
-        return jax.numpy.concatenate(parts, axis=0)
+        return calls.prepare(self, kind, x)
 
     def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
         """Decodes latents ``(B, C, T, H, W)`` (divided by the scaling factor, as upstream takes them) on device.
@@ -314,7 +263,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         49); Wan ``4 T - 3`` (21 give 81).
         """
         self.check_latents(tuple(z.shape))
-        return self._run("decode", z)
+        return calls.run(self, "decode", z)
 
     def decode_frames_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.Array, jax.Array]:
         """Decodes straight to uint8 frames ``(B, F, 8H, 8W, 3)`` on device, and per video whether it was finite.
@@ -325,7 +274,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         or Inf (``finite`` False) has garbage frames.
         """
         self.check_latents(tuple(z.shape))
-        return self._run("frames", z)
+        return calls.run(self, "frames", z)
 
     def decode_stream(
         self, z: torch.Tensor | np.ndarray | jax.Array, *, output: str = "frames", in_flight: int = 2
@@ -345,7 +294,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
                 the message says why).
         """
         self.check_latents(tuple(z.shape))
-        programs = self._call_planner().programs
+        programs = calls.planner_of(self).programs
         arr = np.asarray(to_numpy(z, np.dtype(programs.options.jax_dtype)))
         return stream.stream(programs, self.module, arr, output=output, in_flight=in_flight)
 
@@ -369,7 +318,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         returns them. With slicing enabled, one batch element at a time.
         """
         self.check_video(tuple(x.shape))
-        return self._run("encode", x)
+        return calls.run(self, "encode", x)
 
     def encode(
         self, x: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
