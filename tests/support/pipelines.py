@@ -6,7 +6,7 @@ modules import it, so callers skip first without it.
 """
 
 import torch
-from diffusers import CogVideoXDDIMScheduler, CogVideoXTransformer3DModel
+from diffusers import CogVideoXDDIMScheduler, CogVideoXTransformer3DModel, ConfigMixin, ModelMixin
 
 import cogvideox_torchax as ct
 
@@ -84,3 +84,65 @@ def tiny_wan_pipeline(cls, in_channels: int = 16):
         transformer=tiny_wan_transformer(in_channels),
         scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
     )
+
+
+def _seeded(build):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return build().eval()
+
+
+def tiny_wan_vace_transformer():
+    """A two-layer random `WanVACETransformer3DModel`: VACE blocks on both layers, 96 VACE channels (its default)."""
+    from diffusers import WanVACETransformer3DModel
+
+    return _seeded(lambda: WanVACETransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
+        text_dim=TEXT_DIM, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=32, vace_layers=[0, 1], vace_in_channels=96,
+    ))
+
+
+def tiny_skyreels_v2_transformer():
+    """A two-layer random `SkyReelsV2Transformer3DModel` over 16 latent channels."""
+    from diffusers import SkyReelsV2Transformer3DModel
+
+    return _seeded(lambda: SkyReelsV2Transformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
+        text_dim=TEXT_DIM, freq_dim=256, ffn_dim=32, num_layers=2, cross_attn_norm=True,
+        qk_norm="rms_norm_across_heads", rope_max_seq_len=32,
+    ))
+
+
+def tiny_cosmos_transformer():
+    """A two-layer random `CosmosTransformer3DModel` as Cosmos 2's pipelines drive it.
+
+    16 latent channels and the condition mask in; no padding mask (its resize needs torchvision).
+    """
+    from diffusers import CosmosTransformer3DModel
+
+    return _seeded(lambda: CosmosTransformer3DModel(
+        in_channels=17, out_channels=16, num_attention_heads=2, attention_head_dim=16, num_layers=2, mlp_ratio=2,
+        text_embed_dim=TEXT_DIM, adaln_lora_dim=4, max_size=(4, 32, 32), patch_size=(1, 2, 2),
+        rope_scale=(2.0, 1.0, 1.0), concat_padding_mask=False, extra_pos_embed_type="learnable",
+    ))
+
+
+class StandInSafetyChecker(ModelMixin, ConfigMixin):
+    """Stands in for Cosmos' guardrail model (the `cosmos_guardrail` package, not installed here): passes everything.
+
+    Cosmos' pipelines build the real one when given None, move it with
+    ``to(device)`` and call ``check_text_safety(prompt)`` and
+    ``check_video_safety(frames)``; a diffusers model, so that a pipeline
+    passed one loads with ``from_pretrained(..., safety_checker=...)``.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("placed", torch.zeros(()))  # pipelines read a component's device from its tensors
+
+    def check_text_safety(self, prompt: str) -> bool:
+        return True
+
+    def check_video_safety(self, frames):
+        return frames

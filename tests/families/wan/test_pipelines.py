@@ -1,10 +1,15 @@
-"""diffusers' Wan pipelines with ``pipe.vae = wrap(pipe.vae)``, against the same pipeline with upstream's VAE.
+"""diffusers' Wan-VAE pipelines with the wrapped VAE, against the same pipeline with upstream's VAE.
 
-Tiny and offline, as CogVideoX's (tests/test_pipelines.py): a tiny random
-transformer, the flow-matching scheduler, the wan-tiny VAE, prompt
-embeddings passed directly. Same seeds on both sides.
+Tiny and offline, as CogVideoX's (tests/test_pipelines.py): tiny random
+transformers, each pipeline's scheduler, the wan-tiny VAE, prompt
+embeddings passed directly. Same seeds on both sides. Wan's text and image
+to video take ``pipe.vae = wrap(pipe.vae)``; VACE, video to video,
+SkyReels-V2 and Cosmos 2 are built around the wrapped VAE (their
+constructors read its ``temperal_downsample``), one wrapped VAE for all, so
+the programs of its shapes compile once.
 """
 
+import inspect
 import json
 
 import pytest
@@ -17,7 +22,15 @@ pytest.importorskip("transformers", reason="diffusers' Wan pipelines need transf
 
 from diffusers import AutoencoderKLWan, WanImageToVideoPipeline, WanPipeline  # noqa: E402
 
-from tests.support.pipelines import embeddings, tiny_wan_pipeline  # noqa: E402
+from tests.support.pipelines import (  # noqa: E402
+    StandInSafetyChecker,
+    embeddings,
+    tiny_cosmos_transformer,
+    tiny_skyreels_v2_transformer,
+    tiny_wan_pipeline,
+    tiny_wan_transformer,
+    tiny_wan_vace_transformer,
+)
 
 # fp32, after the video processor's clamp to [0, 1].
 ATOL = 1e-4
@@ -25,13 +38,14 @@ ATOL = 1e-4
 
 def _frames(pipe, **kwargs) -> torch.Tensor:
     prompt_embeds, negative_prompt_embeds = embeddings()
+    if "num_frames" in inspect.signature(pipe.__call__).parameters:  # video to video takes the video's
+        kwargs.setdefault("num_frames", 9)
     return pipe(
         prompt_embeds=prompt_embeds.to(pipe.transformer.dtype),
         negative_prompt_embeds=negative_prompt_embeds.to(pipe.transformer.dtype),
         num_inference_steps=2,
         height=32,
         width=32,
-        num_frames=9,
         generator=torch.Generator().manual_seed(0),
         output_type="pt",
         **kwargs,
@@ -88,3 +102,108 @@ def test_save_reload_dtype_moves_and_offload(tmp_path):
     offloaded = _ours(tiny_wan_pipeline(WanPipeline))
     offloaded.enable_model_cpu_offload(device="cpu")
     assert_close(_frames(offloaded), fp32, atol=ATOL, label="model-offloaded Wan pipeline frames")
+
+
+# -- the pipelines built around the wrapped VAE ------------------------------
+
+
+@pytest.fixture(scope="module")
+def wrapped():
+    return ct.wrap(ct.random_upstream("wan-tiny", seed=0), mesh="dp=1,tp=1")
+
+
+def _video(frames: int = 9, seed: int = 4) -> list:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)) for _ in range(frames)]
+
+
+def _both(build, wrapped, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pipeline's frames around upstream's VAE, then around the wrapped one (passed to its constructor)."""
+    expected = _frames(build(ct.random_upstream("wan-tiny", seed=0)), **kwargs)
+    pipe = build(wrapped)
+    assert pipe.vae is wrapped
+    got = _frames(pipe, **kwargs)
+    assert got.shape == (1, 9, 3, 32, 32) and float(expected.std()) > 0.01  # a video, not a constant
+    return got, expected
+
+
+def test_vace_with_a_mask_and_a_reference_image_matches_upstream(wrapped):
+    # VACE encodes the video's kept and masked parts and the reference image, then decodes.
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanVACEPipeline
+    from PIL import Image
+
+    def build(vae):
+        return WanVACEPipeline(tokenizer=None, text_encoder=None, vae=vae, transformer=tiny_wan_vace_transformer(),
+                               scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+
+    mask = [Image.new("L", (32, 32), 255 if i % 2 else 0) for i in range(9)]
+    got, expected = _both(build, wrapped, video=_video(), mask=mask, reference_images=_video(1, seed=5)[0])
+    assert_close(got, expected, atol=ATOL, label="WanVACEPipeline frames")
+    assert len(wrapped.compiled_shapes("encode")) >= 2  # the video and the reference image went through our encode
+
+
+def test_video_to_video_matches_upstream(wrapped):
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanVideoToVideoPipeline
+
+    def build(vae):
+        return WanVideoToVideoPipeline(tokenizer=None, text_encoder=None, vae=vae, transformer=tiny_wan_transformer(16),
+                                       scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+
+    got, expected = _both(build, wrapped, video=_video(), strength=0.8)
+    assert_close(got, expected, atol=ATOL, label="WanVideoToVideoPipeline frames")
+
+
+def test_skyreels_v2_matches_upstream(wrapped):
+    from diffusers import SkyReelsV2Pipeline, UniPCMultistepScheduler
+
+    def build(vae):
+        scheduler = UniPCMultistepScheduler(flow_shift=8.0, use_flow_sigmas=True, prediction_type="flow_prediction")
+        return SkyReelsV2Pipeline(tokenizer=None, text_encoder=None, vae=vae,
+                                  transformer=tiny_skyreels_v2_transformer(), scheduler=scheduler)
+
+    got, expected = _both(build, wrapped)
+    assert_close(got, expected, atol=ATOL, label="SkyReelsV2Pipeline frames")
+
+
+def test_cosmos2_video_to_world_matches_upstream(wrapped):
+    # The image is encoded as the conditioning video's first frame, the denoised latents decoded.
+    from diffusers import Cosmos2VideoToWorldPipeline, FlowMatchEulerDiscreteScheduler
+
+    def build(vae):
+        return Cosmos2VideoToWorldPipeline(
+            tokenizer=None, text_encoder=None, vae=vae, transformer=tiny_cosmos_transformer(),
+            scheduler=FlowMatchEulerDiscreteScheduler(use_karras_sigmas=True), safety_checker=StandInSafetyChecker())
+
+    image = torch.rand((1, 3, 32, 32), generator=torch.Generator().manual_seed(3))
+    got, expected = _both(build, wrapped, image=image)
+    # Cosmos' pipelines round the frames to uint8 for the safety check: one step of 1/255 is
+    # their resolution (measured equal).
+    assert_close(got, expected, atol=1 / 255 + 1e-6, label="Cosmos2VideoToWorldPipeline frames")
+
+
+def test_offload_with_the_vae_passed_at_construction(wrapped):
+    # Model offload leaves the wrapped VAE working; sequential offload refuses by name.
+    pytest.importorskip("accelerate", reason="diffusers' offload hooks are accelerate's")
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanVideoToVideoPipeline
+
+    def build(vae):
+        return WanVideoToVideoPipeline(tokenizer=None, text_encoder=None, vae=vae, transformer=tiny_wan_transformer(16),
+                                       scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0))
+
+    expected = _frames(build(ct.random_upstream("wan-tiny", seed=0)), video=_video())
+    pipe = build(wrapped)
+    pipe.enable_model_cpu_offload(device="cpu")  # the CPU stands in for the accelerator here
+    assert_close(_frames(pipe, video=_video()), expected, atol=ATOL, label="model-offloaded video to video")
+    pipe.remove_all_hooks()
+    with pytest.raises(ct.UnsupportedAttributeError, match="state_dict"):
+        build(wrapped).enable_sequential_cpu_offload(device="cpu")
+    # An upstream VAE under sequential offload holds its weights in the hooks: wrapping it says how to get them back.
+    upstream = build(ct.random_upstream("wan-tiny", seed=0))
+    upstream.enable_sequential_cpu_offload(device="cpu")
+    with pytest.raises(ValueError, match=r"meta device.*remove_all_hooks"):
+        ct.wrap(upstream.vae, mesh="dp=1,tp=1")
+    upstream.remove_all_hooks()
+    assert ct.wrap(upstream.vae, mesh="dp=1,tp=1").dtype == torch.float32
