@@ -11,6 +11,10 @@ from cogvideox_torchax._torch_compat import import_torchax
 from tests.support.parity import assert_close
 from tests.support.reference import upstream_decode
 
+# torchax's device as this package imports it: "jax" is never registered with torch
+# (cogvideox_torchax._torchax_device), so torch parses a module's .to() under its own name.
+DEVICE = "privateuseone"
+
 torchax = import_torchax()
 
 # Each family's tiny test config: a shared patch must hold for all of them.
@@ -78,8 +82,8 @@ def test_conv_bias_same_numbers_under_torchax():
     assert type(safe3) is patches.mixed(patches.FusedBiasConv, CogVideoXSafeConv3d)
     env = torchax.default_env()
     with env, torch.no_grad():
-        holder.to("jax")
-        got = conv2(x2.to("jax")).to("cpu"), safe3(x3.to("jax")).to("cpu"), causal3(x3.to("jax")).to("cpu")
+        holder.to(DEVICE)
+        got = conv2(x2.to(DEVICE)).to("cpu"), safe3(x3.to(DEVICE)).to("cpu"), causal3(x3.to(DEVICE)).to("cpu")
     assert_close(got[0], expected[0], atol=1e-5, label="conv2d with fused bias")
     assert_close(got[1], expected[1], atol=1e-5, label="CogVideoX's safe conv3d with fused bias")
     assert_close(got[2], expected[2], atol=1e-5, label="Wan's causal conv3d with fused bias")

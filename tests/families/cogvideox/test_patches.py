@@ -26,6 +26,10 @@ from cogvideox_torchax.families.cogvideox.patches.spatial_norm import LowResSpat
 from tests.support.parity import assert_close
 from tests.support.reference import upstream_decode
 
+# torchax's device as this package imports it: "jax" is never registered with torch
+# (cogvideox_torchax._torchax_device), so torch parses a module's .to() under its own name.
+DEVICE = "privateuseone"
+
 torchax = import_torchax()
 
 
@@ -103,7 +107,7 @@ def test_safe_conv_same_numbers_under_torchax():
     safe_conv.apply_safe_conv(torch.nn.Sequential(conv))
     env = torchax.default_env()
     with env, torch.no_grad():
-        got = conv.to("jax")(x.to("jax")).to("cpu")
+        got = conv.to(DEVICE)(x.to(DEVICE)).to("cpu")
     assert_close(got, expected, atol=1e-5, label="chunk-free conv")
 
 
