@@ -16,12 +16,13 @@ from typing import Any
 from cogvideox_torchax.families.base import Family
 from cogvideox_torchax.families.checks import ConfigError
 from cogvideox_torchax.families.cogvideox import COGVIDEOX
+from cogvideox_torchax.families.ltx2 import LTX2
 from cogvideox_torchax.families.wan import WAN
 
 __all__ = ["FAMILIES", "ConfigError", "Family", "UnsupportedModelError", "get", "of_config", "of_module",
            "of_preset", "preset_names"]
 
-FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (COGVIDEOX, WAN)})
+FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (COGVIDEOX, WAN, LTX2)})
 
 # The family of a config that names no class: every config saved before the
 # second family was CogVideoX's.

@@ -40,7 +40,9 @@ class Family(abc.ABC):
         metadata_keys: the keys of `normalization_metadata`, which mark a
             latents file as this family's.
         stream_needs: the switch without which the first batch's caches
-            differ in shape from the later ones' (no stream, no scan).
+            differ in shape from the later ones' (no stream, no scan); None
+            for a family whose upstream decodes the whole video in one call
+            (one batch, nothing carried).
     """
 
     name: str
@@ -53,7 +55,7 @@ class Family(abc.ABC):
     pipeline_layout: str
     normalization: str
     metadata_keys: tuple[str, ...]
-    stream_needs: str
+    stream_needs: str | None
 
     @property
     def upstream(self) -> type:
@@ -150,6 +152,15 @@ class Family(abc.ABC):
         """
 
     # -- the pipelines' latents ---------------------------------------------
+
+    def normalization_source(self, vae: Any) -> Mapping[str, Any]:
+        """What `from_pipeline`, `to_pipeline` and the messages read the pipelines' scaling from (``vae.config``).
+
+        A family whose statistics are the VAE's buffers rather than config
+        values (LTX-2's ``latents_mean`` / ``latents_std``) adds them here
+        from ``vae.weights``.
+        """
+        return vae.config
 
     @abc.abstractmethod
     def from_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:

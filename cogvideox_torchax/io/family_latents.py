@@ -62,7 +62,7 @@ def prepare_for(vae: Any, z: np.ndarray, *, layout: str = "auto", unscale: bool 
         z = np.transpose(z, (0, 2, 1, 3, 4))
     z = np.ascontiguousarray(z, dtype=np.float32)
     if unscale:
-        z = np.ascontiguousarray(family.from_pipeline(z, config), dtype=np.float32)
+        z = np.ascontiguousarray(family.from_pipeline(z, family.normalization_source(vae)), dtype=np.float32)
     vae.check_latents(z.shape)
     check_range(z, vae.options.dtype, after=family.unscaled_phrase(config) if unscale else None)
     return z, found
@@ -78,7 +78,7 @@ def to_pipeline(vae: Any, z: np.ndarray) -> tuple[np.ndarray, str]:
     if z.ndim != 5:
         raise LatentsError(f"latents must be (B, C, T, H, W), got shape {tuple(z.shape)}")
     family = vae.family
-    held = family.to_pipeline(np.asarray(z, dtype=np.float32), vae.config)
+    held = family.to_pipeline(np.asarray(z, dtype=np.float32), family.normalization_source(vae))
     if family.pipeline_layout == "BTCHW":
         held = np.transpose(held, (0, 2, 1, 3, 4))
     return np.ascontiguousarray(held, dtype=np.float32), family.pipeline_layout
@@ -86,7 +86,9 @@ def to_pipeline(vae: Any, z: np.ndarray) -> tuple[np.ndarray, str]:
 
 def metadata_for(vae: Any, layout: str) -> dict[str, str]:
     """What a latents file written for ``vae`` records of its origin: the model, the layout, the scaling."""
-    return {"model": vae.family.class_name, "layout": layout, **vae.family.normalization_metadata(vae.config)}
+    family = vae.family
+    return {"model": family.class_name, "layout": layout,
+            **family.normalization_metadata(family.normalization_source(vae))}
 
 
 def check_origin(vae: Any, metadata: Mapping[str, str], source: str) -> list[str]:
@@ -116,7 +118,7 @@ def check_origin(vae: Any, metadata: Mapping[str, str], source: str) -> list[str
             f"{source}: its metadata ({what}) says these are {origin} latents; the model is "
             f"{family.title}'s {family.class_name} ({family.normalization}): decode them with a {origin} model"
         )
-    expected = family.normalization_metadata(vae.config)
+    expected = family.normalization_metadata(family.normalization_source(vae))
     return [f"{source}: its metadata's {k} is {metadata[k]}, the model's {v}; decoding with the model's"
             for k, v in expected.items() if k in metadata and metadata[k] != v]
 

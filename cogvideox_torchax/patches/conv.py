@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 
 from cogvideox_torchax.kernels.conv import ConvPolicy, conv
 from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax, swap_classes
@@ -24,12 +25,18 @@ class FusedBiasConv:
     conv_policy: ConvPolicy = ConvPolicy()
 
     def _conv_forward(self, input, weight, bias):
-        if not is_torchax(input) or self.padding_mode != "zeros" or isinstance(self.padding, str):
+        if not is_torchax(input) or isinstance(self.padding, str):
             return super()._conv_forward(input, weight, bias)
+        padding = tuple(self.padding)
+        if self.padding_mode != "zeros":
+            # As torch's own _conv_forward: the module's padding (LTX-2's
+            # reflection) made explicitly, then a convolution that pads nothing.
+            input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            padding = (0,) * len(padding)
         fn = functools.partial(
             conv,
             stride=tuple(self.stride),
-            padding=tuple(self.padding),
+            padding=padding,
             dilation=tuple(self.dilation),
             groups=self.groups,
             **self.conv_policy.kwargs(),

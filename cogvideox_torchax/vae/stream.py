@@ -61,7 +61,7 @@ def why_not_streamed(module: Any, shape: tuple[int, ...], programs: ProgramCache
         return ("tiled decodes do not stream: upstream's tiled decode walks every frame of one tile before "
                 "the next tile, so no frame is complete before the last tile (disable_tiling, or decode whole)")
     needs = programs.family.stream_needs
-    if not programs.own.plan.applies(needs):
+    if needs is not None and not programs.own.plan.applies(needs):
         return f"streaming needs {needs}: without it the first batch's conv cache differs from the later ones'"
     return None
 

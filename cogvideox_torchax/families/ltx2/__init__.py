@@ -1,0 +1,154 @@
+"""LTX-2's VAE (`AutoencoderKLLTX2Video`: LTX-2 and LTX-2.3).
+
+Upstream decodes and encodes the whole video in one call: no frame loop and
+no cache, each causal convolution padding time by repeating the first frame
+(and, in the non-causal decoder the releases use, the last). Nothing in it
+mixes frames but those convolutions (its norms are per pixel), so one
+program serves a video of any length with no scan, and its size does not
+grow with the video. Pipelines hold latents ``(B, C, T, H, W)`` (after
+unpacking them from tokens) normalised per channel by the VAE's
+``latents_mean`` and ``latents_std`` buffers and ``scaling_factor``, and
+denormalise before decoding; a timestep-conditioned decoder also takes the
+decode timestep (``LTX2Pipeline``'s ``decode_timestep``, 0 by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from cogvideox_torchax.families.base import Family
+from cogvideox_torchax.families.ltx2 import config_check
+from cogvideox_torchax.families.ltx2.presets import PRESETS
+
+# The buffers its pipelines normalise latents by (state-dict keys of the VAE).
+STATISTICS = ("latents_mean", "latents_std")
+
+
+def _per_channel(values: Any, like: np.ndarray) -> np.ndarray:
+    # (C,) -> (1, C, 1, 1, 1), float32, as the pipeline's view(1, -1, 1, 1, 1).
+    return np.asarray(values, dtype=np.float32).reshape(1, -1, *([1] * (like.ndim - 2)))
+
+
+class LTX2Video(Family):
+    """`AutoencoderKLLTX2Video` (LTX-2, LTX-2.3)."""
+
+    name = "ltx2"
+    title = "LTX-2"
+    class_name = "AutoencoderKLLTX2Video"
+    presets = PRESETS
+    default_model = "Lightricks/LTX-2"
+    patch_package = "cogvideox_torchax.families.ltx2.patches"
+    # LTX2Pipeline's frame_rate.
+    fps = 24.0
+    pipeline_layout = "BCTHW"
+    # One batch, the whole video, as upstream decodes it: nothing to carry.
+    stream_needs = None
+    metadata_keys = (*STATISTICS, "scaling_factor")
+    normalization = "normalised per channel by the VAE's latents_mean and latents_std and its config.scaling_factor"
+
+    def check_config(self, config: Mapping[str, Any], source: str = "config") -> None:
+        config_check.check_config(config, source)
+
+    def latent_channels(self, config: Any) -> int:
+        return int(config["latent_channels"])
+
+    def video_channels(self, config: Any) -> int:
+        return int(config["in_channels"])
+
+    def spatial_scale(self, config: Any) -> int:
+        return config_check.spatial_scale(config)
+
+    def frames_of(self, config: Any, latent_frames: int) -> int:
+        return 1 + config_check.temporal_scale(config) * (latent_frames - 1)
+
+    def frame_step(self, config: Any) -> int:
+        return config_check.temporal_scale(config)
+
+    def frames_read(self, config: Any, frames: int) -> int:
+        # Upstream's encoder folds pairs of frames after repeating the first:
+        # only 8k + 1 frames fit it (others fail in upstream's reshape).
+        return self.round_trip_frames(config, frames)
+
+    def frame_rule(self, config: Any) -> str:
+        return f"{self.frame_step(config)}k+1"
+
+    def pipeline_word(self) -> str:
+        return "denormalized"
+
+    def stream_batches(self, module: Any, latent_frames: int) -> list[tuple[int, int]]:
+        return [(0, latent_frames)]
+
+    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool) -> tuple[Any, Any]:
+        # The whole video in one call, as upstream's _decode without tiling.
+        return module.decoder(z), None
+
+    def tiling_keywords(self, module: Any) -> dict[str, Any]:
+        return {
+            "tile_sample_min_height": module.tile_sample_min_height,
+            "tile_sample_min_width": module.tile_sample_min_width,
+            "tile_sample_min_num_frames": module.tile_sample_min_num_frames,
+            "tile_sample_stride_height": module.tile_sample_stride_height,
+            "tile_sample_stride_width": module.tile_sample_stride_width,
+            "tile_sample_stride_num_frames": module.tile_sample_stride_num_frames,
+        }
+
+    def tiles(self, module: Any, latent_hw: tuple[int, int]) -> bool:
+        height, width = latent_hw
+        ratio = module.spatial_compression_ratio
+        return bool(module.use_tiling) and (width > module.tile_sample_min_width // ratio
+                                            or height > module.tile_sample_min_height // ratio)
+
+    def tiled_candidates(self, module: Any, latent_hw: tuple[int, int],
+                         counts: Sequence[int] = (2, 3, 4, 6, 8)) -> list[tuple[str, dict[str, Any]]]:
+        # Upstream's tiles step by 7/8 of their size (512 pixels, stride 448):
+        # tiles of t latents stepping by s = 7t/8 rounded, blended over t - s.
+        ratio = module.spatial_compression_ratio
+        found, seen = [], set()
+        for k in counts:
+            tile = tuple(max(2, -(-n // k)) for n in latent_hw)
+            if tile in seen or (tile[0] >= latent_hw[0] and tile[1] >= latent_hw[1]):
+                continue
+            seen.add(tile)
+            stride = tuple(max(1, round(t * 7 / 8)) for t in tile)
+            found.append((f"tiles of {tile[0]}x{tile[1]} latents", {
+                "tile_sample_min_height": tile[0] * ratio, "tile_sample_min_width": tile[1] * ratio,
+                "tile_sample_stride_height": stride[0] * ratio, "tile_sample_stride_width": stride[1] * ratio,
+            }))
+        return found
+
+    def normalization_source(self, vae: Any) -> Mapping[str, Any]:
+        # The statistics are buffers, not config values: read from the weights.
+        return {**vae.config, **{k: np.asarray(vae.weights[k], dtype=np.float32).tolist() for k in STATISTICS}}
+
+    def from_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
+        # As LTX2Pipeline._denormalize_latents: latents * std / scaling_factor + mean.
+        std, mean = _per_channel(config["latents_std"], z), _per_channel(config["latents_mean"], z)
+        return z * std / np.float32(config["scaling_factor"]) + mean
+
+    def to_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
+        # As LTX2ImageToVideoPipeline._normalize_latents: (latents - mean) * scaling_factor / std.
+        std, mean = _per_channel(config["latents_std"], z), _per_channel(config["latents_mean"], z)
+        return (z - mean) * np.float32(config["scaling_factor"]) / std
+
+    def unscaled_phrase(self, config: Any) -> str:
+        return "after denormalizing by the VAE's latents_mean and latents_std and its scaling factor"
+
+    def normalization_metadata(self, config: Any) -> dict[str, str]:
+        return {"latents_mean": repr([float(v) for v in config["latents_mean"]]),
+                "latents_std": repr([float(v) for v in config["latents_std"]]),
+                "scaling_factor": repr(float(config["scaling_factor"]))}
+
+    def sharded_outputs(self) -> tuple[type, ...]:
+        from diffusers.models.autoencoders.autoencoder_kl_ltx2 import (
+            LTX2VideoCausalConv3d,
+            LTX2VideoUpsampler3d,
+            PerChannelRMSNorm,
+        )
+
+        return (LTX2VideoCausalConv3d, PerChannelRMSNorm, LTX2VideoUpsampler3d)
+
+
+LTX2 = LTX2Video()

@@ -1,0 +1,83 @@
+"""LTX-2 decode parity with upstream eager PyTorch on the CPU (same weights and latents), and a flat compile time."""
+
+import time
+
+import pytest
+import torch
+
+import cogvideox_torchax as ct
+from cogvideox_torchax.config import preset_config
+from tests.families.ltx2.conftest import CAUSAL, perturbed, upstream_of
+from tests.support.parity import assert_close, psnr
+from tests.support.reference import seeded_latents, upstream_decode
+
+
+def _frames(latent_frames: int) -> int:
+    return 1 + 8 * (latent_frames - 1)
+
+
+# One latent frame (the causal padding's edge alone), two, five; odd and
+# non-square latent sizes; a batch of two.
+@pytest.mark.parametrize("shape", [(1, 8, 1, 3, 3), (1, 8, 2, 3, 5), (1, 8, 5, 5, 2), (2, 8, 2, 2, 3)])
+def test_ltx2_tiny_fp32(ltx2_tiny_upstream, ltx2_tiny, shape):
+    z = seeded_latents(shape, seed=shape[2])
+    expected = upstream_decode(ltx2_tiny_upstream, z)
+    got = ltx2_tiny.decode(z).sample
+    assert got.shape == (shape[0], 3, _frames(shape[2]), 8 * shape[3], 8 * shape[4])
+    # fp32: the largest seen here is 2e-6 (the decoder's outputs reach ~40).
+    assert_close(got, expected, atol=1e-4, label=f"ltx2-tiny fp32 {shape}")
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 1, 2, 3), (1, 8, 5, 3, 2)])
+def test_ltx2_tiny_causal_decoder_fp32(shape):
+    upstream = upstream_of(CAUSAL, seed=3)
+    z = seeded_latents(shape, seed=shape[2])
+    got = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1").decode(z).sample
+    assert_close(got, upstream_decode(upstream, z), atol=1e-4, label=f"ltx2-tiny causal fp32 {shape}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("preset", "shape"), [("ltx2", (1, 128, 2, 2, 3)), ("ltx2.3", (1, 128, 2, 1, 2))])
+def test_ltx2_real_configs_fp32(preset, shape):
+    upstream = perturbed(ct.random_upstream(preset, seed=1), seed=1)
+    z = seeded_latents(shape, seed=2)
+    expected = upstream_decode(upstream, z)
+    got = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1").decode(z).sample
+    # The real widths (1024 channels at the latent size) sum more terms: 1e-4.
+    assert_close(got, expected, atol=1e-4, label=f"{preset} fp32 {shape}")
+
+
+# Against upstream's fp32 decode: ours in bf16 at least upstream torch's own bf16, less 0.5 dB.
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ltx2_tiny_bf16_psnr(seed):
+    upstream = upstream_of(preset_config("ltx2-tiny"), seed=seed)
+    z = seeded_latents((1, 8, 3, 4, 4), seed)
+    reference = upstream_decode(upstream, z)
+    theirs = upstream_decode(upstream.to(torch.bfloat16), z.to(torch.bfloat16))
+    upstream.to(torch.float32)
+    ours = ct.wrap(upstream, dtype="bfloat16", mesh="dp=1,tp=1").decode(z).sample
+    assert ours.dtype == torch.bfloat16 and torch.isfinite(ours).all()
+    ours_db, theirs_db = psnr(ours, reference), psnr(theirs, reference)
+    print(f"[psnr] bf16 seed {seed}: ours {ours_db:.2f} dB, upstream torch {theirs_db:.2f} dB vs fp32")
+    assert ours_db >= theirs_db - 0.5
+
+
+def test_compile_time_does_not_grow_with_the_video(ltx2_tiny):
+    # Upstream decodes the whole video in one call: one program whose size
+    # does not depend on the frame count (17 latent frames within 1.3x of 5).
+    def compile_seconds(frames: int) -> float:
+        started = time.perf_counter()
+        ltx2_tiny.compile_decode((1, 8, frames, 2, 2))
+        return time.perf_counter() - started
+
+    five, seventeen = compile_seconds(5), compile_seconds(17)
+    print(f"[compile] 5 latent frames {five:.2f} s, 17: {seventeen:.2f} s")
+    text5 = ltx2_tiny.lower_decode((1, 8, 5, 2, 2)).as_text()
+    text17 = ltx2_tiny.lower_decode((1, 8, 17, 2, 2)).as_text()
+    assert abs(len(text17) - len(text5)) < 0.01 * len(text5)  # the same program, other shapes
+    assert seventeen <= 1.3 * five + 1.0  # a second of slack for a busy machine
+
+
+def test_bad_latents_name_the_channels(ltx2_tiny):
+    with pytest.raises(ValueError, match="8 channels"):
+        ltx2_tiny.decode(torch.zeros(1, 16, 2, 3, 3))
