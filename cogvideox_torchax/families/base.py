@@ -43,6 +43,10 @@ class Family(abc.ABC):
             differ in shape from the later ones' (no stream, no scan); None
             for a family whose upstream decodes the whole video in one call
             (one batch, nothing carried).
+        pipeline_buffers: buffers of upstream's module that its pipelines
+            read from the VAE (LTX-2's ``latents_mean`` and ``latents_std``):
+            the wrapped VAE answers them with host copies of its weights,
+            where it refuses every other tensor.
     """
 
     name: str
@@ -56,6 +60,7 @@ class Family(abc.ABC):
     normalization: str
     metadata_keys: tuple[str, ...]
     stream_needs: str | None
+    pipeline_buffers: tuple[str, ...] = ()
 
     @property
     def upstream(self) -> type:
@@ -126,13 +131,42 @@ class Family(abc.ABC):
         """Upstream's ``[start, stop)`` latent frame batches of the decode, in order."""
 
     @abc.abstractmethod
-    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool) -> tuple[Any, Any]:
+    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool, *inputs: Any) -> tuple[Any, Any]:
         """One batch of upstream's decode loop under torchax: ``(video frames, cache for the next batch)``.
+
+        ``inputs``: the values of `decode_inputs`, in its order.
 
         ``cache`` is what the previous batch returned (None for the first);
         its structure is the family's and does not change between batches
         after the first, so the batches after the first are one program.
         """
+
+    def decode_inputs(self, config: Any) -> tuple[str, ...]:
+        """The per-video inputs of upstream's decode besides the latents, in its order (LTX-2's timestep ``temb``).
+
+        Each is a ``(B,)`` array the decode programs take after the latents;
+        a family whose decode takes none returns ``()`` (its programs are
+        unchanged by this hook).
+        """
+        return ()
+
+    def decode_input_values(self, config: Any, batch: int, given: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+        """`decode_inputs`' values for a batch of ``batch`` videos: as given, else as the family's pipelines pass them.
+
+        Raises:
+            ValueError: a value that is not one number per video.
+        """
+        return ()
+
+    def check_call(self, config: Any, method: str, arguments: Mapping[str, Any]) -> None:
+        """Refuses arguments of upstream's ``decode``, ``encode`` or ``forward`` that the wrapped VAE cannot honour.
+
+        ``arguments`` are the call's, bound to upstream's signature.
+
+        Raises:
+            ValueError: naming the argument and what to do instead.
+        """
+        return None
 
     # -- tiling -------------------------------------------------------------
 

@@ -8,7 +8,9 @@ The rule is general, so an attribute a later diffusers adds follows it:
   ``temperal_downsample`` and ``z_dim``, the tile sizes,
   ``is_gradient_checkpointing``. Anything else of upstream's (parameters,
   buffers, submodules, tensors, methods, hooks) raises
-  `UnsupportedAttributeError`, so ``hasattr`` says no.
+  `UnsupportedAttributeError`, so ``hasattr`` says no, except the buffers a
+  family's pipelines read (`Family.pipeline_buffers`: LTX-2's latent
+  statistics), answered with host copies.
 - Writes: upstream's settings (`program.is_setting`: tiling, slicing, frames
   per batch) change the wrapped VAE's decode and encode as they change
   upstream's, and its compiled programs are dropped. Upstream's other public
@@ -33,6 +35,7 @@ from typing import Any
 from diffusers.utils import deprecate
 
 from cogvideox_torchax.vae.program import is_setting, tiling_switches
+from cogvideox_torchax.vae.program_cache import to_host_torch
 
 # What `TorchaxVAE` offers of upstream's surface beyond plain data; other
 # upstream attributes raise `UnsupportedAttributeError` naming this list.
@@ -122,6 +125,9 @@ def read(vae: Any, name: str) -> Any:
             stacklevel=4,
         )
         return module.config[name]
+    if name in vae.family.pipeline_buffers:
+        # A statistic its pipelines read (LTX-2's latents_mean): a host copy, as the module's buffer.
+        return to_host_torch(vae.weights[name])
     upstream = programs._pristine  # what upstream's module has, before the patches added theirs
     if not name.startswith("_") and hasattr(upstream, name):
         # The patched module's value: it carries the settings written since.

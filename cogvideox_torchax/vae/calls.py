@@ -11,6 +11,8 @@ joined on device.
 from __future__ import annotations
 
 import contextvars
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -36,31 +38,68 @@ def check_5d(shape: tuple[int, ...], what: str, layout: str, channels: int) -> N
         raise ValueError(f"{what} shape {tuple(shape)} has an empty dimension")
 
 
+def bind(vae: Any, method: str, args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments bound to the family's upstream ``method`` (defaults filled), checked by the family.
+
+    Raises:
+        TypeError: arguments upstream's ``method`` does not take.
+        ValueError: values the wrapped VAE cannot honour (`Family.check_call`).
+    """
+    signature = inspect.signature(getattr(vae.family.upstream, method))
+    bound = signature.bind(None, *args, **kwargs)  # None stands for upstream's self
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    arguments.pop(next(iter(signature.parameters)))
+    vae.family.check_call(vae.config, method, arguments)
+    return arguments
+
+
+def decode_inputs(vae: Any, batch: int, given: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+    """The family's decode inputs for ``batch`` videos from keyword arguments named as upstream's decode names them.
+
+    Raises:
+        TypeError: a name upstream's decode does not take besides the latents.
+    """
+    names = set(inspect.signature(vae.family.upstream.decode).parameters) - {"self", "z", "return_dict"}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise TypeError(f"{vae.family.class_name}.decode takes no argument {unknown[0]!r}"
+                        + (f" (it takes {', '.join(sorted(names))})" if names else ""))
+    vae.family.check_call(vae.config, "decode", given)
+    return vae.family.decode_input_values(vae.config, batch, given)
+
+
 def planner_of(vae: Any) -> Planner:
     """The planner of the call this thread is running on ``vae``, else ``vae``'s current one."""
     call = _CALL.get()
     return call[1] if call is not None and call[0] is vae else vae.planner
 
 
-def prepare(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.stages.Compiled, tuple]:
-    """The planned executable of ``kind`` for ``x`` and its arguments (the weights, ``x`` on the plan's mesh)."""
+def prepare(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array,
+            inputs: tuple[np.ndarray, ...] = ()) -> tuple[jax.stages.Compiled, tuple]:
+    """The planned executable of ``kind`` for ``x`` and its arguments: the weights, ``x`` and ``inputs``, placed.
+
+    ``inputs``: the family's decode inputs (`Family.decode_input_values`), each ``(B,)``; none for an encode.
+    """
     shape = tuple(x.shape)
     (vae.check_video if kind == "encode" else vae.check_latents)(shape)
     planner = planner_of(vae)  # one VAE state throughout
     executable, weights, mesh = planner.executable(kind, shape)
-    arr = to_numpy(x, np.dtype(planner.programs.options.jax_dtype))
-    return executable, (weights, sharding.place(arr, sharding.input_sharding(arr.shape, mesh)))
+    dtype = np.dtype(planner.programs.options.jax_dtype)
+    arrays = [to_numpy(a, dtype) for a in (x, *inputs)]
+    placed = [sharding.place(a, sharding.input_sharding(a.shape, mesh)) for a in arrays]
+    return executable, (weights, *placed)
 
 
-def _execute(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
+def _execute(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array, inputs: tuple[np.ndarray, ...]) -> Any:
     def run() -> Any:
-        executable, args = prepare(vae, kind, x)
+        executable, args = prepare(vae, kind, x, inputs)
         return executable(*args)
 
     return retry_out_of_memory(planner_of(vae), kind, tuple(x.shape), run)
 
 
-def run(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
+def run(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array, inputs: tuple[np.ndarray, ...] = ()) -> Any:
     """Runs ``kind`` (``"decode"``, ``"frames"``, ``"encode"``) on ``x``, a batch element at a time with slicing on.
 
     Each element is placed anew, as a compiled program takes only the
@@ -69,8 +108,8 @@ def run(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> Any:
     token = _CALL.set((vae, vae.planner))
     try:
         if not vae.use_slicing or x.shape[0] == 1:
-            return _execute(vae, kind, x)
-        parts = [_execute(vae, kind, x[i : i + 1]) for i in range(x.shape[0])]
+            return _execute(vae, kind, x, inputs)
+        parts = [_execute(vae, kind, x[i : i + 1], tuple(v[i : i + 1] for v in inputs)) for i in range(x.shape[0])]
     finally:
         _CALL.reset(token)
     if kind == "frames":

@@ -57,7 +57,8 @@ class Program:
         self._jittable = interop.JittableModule(module)
         self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
         # The decode one latent frame batch at a time (`cogvideox_torchax.vae.stream`):
-        # (first batch?, "frames" or "video", cache out?) -> (weights, z[, conv cache]) -> (output, conv cache).
+        # (first batch?, "frames" or "video", cache out?) -> (weights, z, conv cache, decode inputs)
+        # -> (output, conv cache).
         # A video of one batch returns no cache: the whole decode of it computes none, and a cache
         # kept live changes how XLA fuses the layers before it (1 float32 ulp apart on XLA:CPU).
         self.stream_jits = {
@@ -72,27 +73,28 @@ class Program:
     def _traced(self, kind: str):
         method, kwargs = self._METHODS[kind]
 
-        def run(weights: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+        def run(weights: dict[str, jax.Array], x: jax.Array, *inputs: jax.Array) -> jax.Array:
+            # ``inputs``: the family's decode inputs after the latents (`Family.decode_inputs`), none for most.
             env = registry.environment(self.plan.steps)
             with env, torch.no_grad():
-                weights_t, x_t = env.j2t_iso((weights, x))
-                out = self._jittable.functional_call(method, weights_t, {}, x_t, **kwargs)
+                weights_t, x_t, inputs_t = env.j2t_iso((weights, x, inputs))
+                out = self._jittable.functional_call(method, weights_t, {}, x_t, *inputs_t, **kwargs)
             out = env.t2j_iso(out[0] if isinstance(out, tuple) else out)
             return to_frames(out) if kind == "frames" else out
 
         return run
 
     def _batch(self, first: bool, output: str, cache_out: bool = True):
-        def decode_batch(module: torch.nn.Module, z: torch.Tensor, cache: Any) -> Any:
+        def decode_batch(module: torch.nn.Module, z: torch.Tensor, cache: Any, inputs: tuple) -> Any:
             # One iteration of upstream's decode loop, as its family runs it.
-            return self.family.decode_batch(module, z, cache, first)
+            return self.family.decode_batch(module, z, cache, first, *inputs)
 
-        def run(weights: dict[str, jax.Array], z: jax.Array, cache: Any = None) -> Any:
+        def run(weights: dict[str, jax.Array], z: jax.Array, cache: Any = None, inputs: tuple = ()) -> Any:
             env = registry.environment(self.plan.steps)
             with env, torch.no_grad():
-                weights_t, z_t, cache_t = env.j2t_iso((weights, z, cache))
+                weights_t, z_t, cache_t, inputs_t = env.j2t_iso((weights, z, cache, inputs))
                 cache_t = None if first else cache_t
-                out, new_cache = self._jittable.functional_call(decode_batch, weights_t, {}, z_t, cache_t)
+                out, new_cache = self._jittable.functional_call(decode_batch, weights_t, {}, z_t, cache_t, inputs_t)
             out, new_cache = env.t2j_iso((out, new_cache if cache_out else None))
             if output == "frames":
                 return to_frames(out), new_cache

@@ -264,15 +264,22 @@ class ProgramCache:
         replicated = sharding.replicated(self.mesh_of(key))
         return {k: jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=replicated) for k, w in self.weights.items()}
 
+    def input_specs(self, batch: int, mesh: Mesh) -> tuple[jax.ShapeDtypeStruct, ...]:
+        """Specs of the family's decode inputs (`Family.decode_inputs`) for ``batch`` videos: one value per video."""
+        where = sharding.input_sharding((batch,), mesh)
+        return tuple(jax.ShapeDtypeStruct((batch,), self.options.jax_dtype, sharding=where)
+                     for _ in self.family.decode_inputs(self.own.module.config))
+
     def lower(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Lowered:
         """Traces and lowers ``kind`` (``"decode"``, ``"frames"``, ``"encode"``) for an input shape."""
         with self.lock:
             program = self.program(key)
             on = self.mesh_of(key)
             spec = jax.ShapeDtypeStruct(shape, self.options.jax_dtype, sharding=sharding.input_sharding(shape, on))
+            inputs = self.input_specs(shape[0], on) if kind != "encode" else ()
             with TRACING, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
-                traced = program.jits[kind].trace(self._weight_specs(key), spec)
+                traced = program.jits[kind].trace(self._weight_specs(key), spec, *inputs)
                 if key.accelerator is not None or program.plan.placement.platform == mesh_platform(self.mesh):
                     return traced.lower()
                 return traced.lower(lowering_platforms=(program.plan.placement.platform,))

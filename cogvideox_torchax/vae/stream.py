@@ -80,9 +80,10 @@ def _compile(programs: ProgramCache, first: bool, output: str, shape: tuple[int,
         if (name, shape) not in program.executables:
             where = sharding.input_sharding(shape, programs.mesh)
             spec = jax.ShapeDtypeStruct(shape, programs.options.jax_dtype, sharding=where)
+            inputs = programs.input_specs(shape[0], programs.mesh)
             with TRACING, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
-                args = (programs.weights, spec) if first else (programs.weights, spec, cache)
+                args = (programs.weights, spec, None if first else cache, inputs)
                 lowered = program.stream_jits[first, output, cache_out].trace(*args).lower()
             program.executables[name, shape] = lowered.compile(compiler_options=programs.compiler_options(key))
         return program.executables[name, shape]
@@ -115,9 +116,12 @@ def streamed_bytes(first: Any, step: Any, in_flight: int) -> int:
 
 
 def stream(
-    programs: ProgramCache, module: Any, z: np.ndarray, *, output: str = "frames", in_flight: int = 2
+    programs: ProgramCache, module: Any, z: np.ndarray, *, output: str = "frames", in_flight: int = 2,
+    inputs: tuple[np.ndarray, ...] = (),
 ) -> Iterator[VideoChunk]:
     """Decodes ``z`` ``(B, C, T, H, W)`` batch by batch; yields a `VideoChunk` per latent frame batch, in order.
+
+    ``inputs``: the family's decode inputs (`Family.decode_input_values`), each ``(B,)``.
 
     Raises:
         ValueError: an unknown ``output``, ``in_flight`` below 1, or a plan
@@ -130,10 +134,11 @@ def stream(
     why = why_not_streamed(module, tuple(z.shape), programs)
     if why:
         raise ValueError(f"decode_stream: {why}")
-    return _chunks(programs, module, z, output, in_flight)  # checked now, decoded as the caller iterates
+    return _chunks(programs, module, z, output, in_flight, inputs)  # checked now, decoded as the caller iterates
 
 
-def _chunks(programs: ProgramCache, module: Any, z: np.ndarray, output: str, in_flight: int) -> Iterator[VideoChunk]:
+def _chunks(programs: ProgramCache, module: Any, z: np.ndarray, output: str, in_flight: int,
+            inputs: tuple[np.ndarray, ...]) -> Iterator[VideoChunk]:
     ranges = programs.family.stream_batches(module, z.shape[2])
     mesh, weights = programs.mesh, programs.weights
 
@@ -146,12 +151,14 @@ def _chunks(programs: ProgramCache, module: Any, z: np.ndarray, output: str, in_
         return VideoChunk(np.asarray(data), np.asarray(finite), start, frames)
 
     first, step = executables(programs, tuple(z.shape), output)
+    dtype = np.dtype(programs.options.jax_dtype)
+    placed = tuple(sharding.place(v.astype(dtype), sharding.input_sharding(v.shape, mesh)) for v in inputs)
     pending: collections.deque = collections.deque()
     cache = None
     frame = 0
     for i, (start, stop) in enumerate(ranges):
         x = place(start, stop)
-        out, cache = first(weights, x) if i == 0 else step(weights, x, cache)
+        out, cache = first(weights, x, None, placed) if i == 0 else step(weights, x, cache, placed)
         for array in jax.tree.leaves(out):
             array.copy_to_host_async()
         count = out[0].shape[1 if output == "frames" else 2]

@@ -40,6 +40,7 @@ from cogvideox_torchax.vae.upstream_surface import (
     INFERENCE_SURFACE,
     UnsupportedAttributeError,
     UpstreamSurface,
+    family_signature,
     refuse_other_module_attributes,
 )
 
@@ -252,7 +253,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         """
         return calls.prepare(self, kind, x)
 
-    def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
+    def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array, **inputs: Any) -> jax.Array:
         """Decodes latents ``(B, C, T, H, W)`` (divided by the scaling factor, as upstream takes them) on device.
 
         Returns the video ``(B, 3, F, 8H, 8W)`` (Wan 2.2 TI2V-5B: ``16H, 16W``)
@@ -260,24 +261,27 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         unclamped, Wan's in [-1, 1]); ``F`` is the family's
         (`families.Family.frames_of`): CogVideoX 1 for ``T = 1``, ``4 T`` for
         even ``T`` and ``4 T - 3`` for odd ``T > 1`` (13 latent frames give
-        49); Wan ``4 T - 3`` (21 give 81).
+        49); Wan ``4 T - 3`` (21 give 81); LTX-2 ``8 T - 7``. ``inputs``: what
+        upstream's decode takes besides the latents, by its names (LTX-2's
+        ``temb``, the decode timestep of a timestep-conditioned decoder: one
+        or one per video, 0 when left out, as ``LTX2Pipeline`` passes it).
         """
         self.check_latents(tuple(z.shape))
-        return calls.run(self, "decode", z)
+        return calls.run(self, "decode", z, calls.decode_inputs(self, z.shape[0], inputs))
 
-    def decode_frames_jax(self, z: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.Array, jax.Array]:
+    def decode_frames_jax(self, z: torch.Tensor | np.ndarray | jax.Array, **inputs: Any) -> tuple[jax.Array, jax.Array]:
         """Decodes straight to uint8 frames ``(B, F, 8H, 8W, 3)`` on device, and per video whether it was finite.
 
         The [-1, 1] -> uint8 mapping of diffusers' video processor runs in the
         jitted program, so what leaves the device is a quarter (fp32) or half
         (bf16) of the decoder's output. A video whose decoder output held NaN
-        or Inf (``finite`` False) has garbage frames.
+        or Inf (``finite`` False) has garbage frames. ``inputs`` as `decode_jax`.
         """
         self.check_latents(tuple(z.shape))
-        return calls.run(self, "frames", z)
+        return calls.run(self, "frames", z, calls.decode_inputs(self, z.shape[0], inputs))
 
     def decode_stream(
-        self, z: torch.Tensor | np.ndarray | jax.Array, *, output: str = "frames", in_flight: int = 2
+        self, z: torch.Tensor | np.ndarray | jax.Array, *, output: str = "frames", in_flight: int = 2, **inputs: Any
     ) -> Iterator[VideoChunk]:
         """Decodes latents ``(B, C, T, H, W)`` one latent frame batch at a time, yielding each batch's frames in order.
 
@@ -294,20 +298,27 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
                 the message says why).
         """
         self.check_latents(tuple(z.shape))
+        values = calls.decode_inputs(self, z.shape[0], inputs)
         programs = calls.planner_of(self).programs
         arr = np.asarray(to_numpy(z, np.dtype(programs.options.jax_dtype)))
-        return stream.stream(programs, self.module, arr, output=output, in_flight=in_flight)
+        return stream.stream(programs, self.module, arr, output=output, in_flight=in_flight, inputs=values)
 
-    def decode(
-        self, z: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
-    ) -> DecoderOutput | tuple[torch.Tensor]:
-        """Drop-in for upstream ``vae.decode(z)``: the video as a torch tensor in `dtype`.
+    @family_signature
+    def decode(self, z: torch.Tensor | np.ndarray | jax.Array, *args: Any, **kwargs: Any
+               ) -> DecoderOutput | tuple[torch.Tensor]:
+        """Drop-in for upstream ``vae.decode(z, ...)``: the video as a torch tensor in `dtype`.
 
-        Equal to upstream's ``vae.decode(z).sample``, on ``z``'s device for a
-        torch ``z`` (else on `device`, the CPU by default); ``return_dict``
-        as upstream (a `DecoderOutput` or a 1-tuple).
+        Takes upstream's arguments (its family's: LTX-2's ``temb`` and
+        ``causal`` besides ``return_dict``). Equal to upstream's
+        ``vae.decode(z).sample``, on ``z``'s device for a torch ``z`` (else on
+        `device`, the CPU by default); ``return_dict`` as upstream (a
+        `DecoderOutput` or a 1-tuple).
         """
-        sample = to_host_torch(self.decode_jax(z)).to(z.device if isinstance(z, torch.Tensor) else self.device)
+        arguments = calls.bind(self, "decode", (z, *args), kwargs)
+        return_dict = arguments.pop("return_dict")
+        del arguments["z"]
+        video = self.decode_jax(z, **arguments)
+        sample = to_host_torch(video).to(z.device if isinstance(z, torch.Tensor) else self.device)
         return DecoderOutput(sample=sample) if return_dict else (sample,)
 
     def encode_jax(self, x: torch.Tensor | np.ndarray | jax.Array) -> jax.Array:
@@ -320,16 +331,19 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         self.check_video(tuple(x.shape))
         return calls.run(self, "encode", x)
 
-    def encode(
-        self, x: torch.Tensor | np.ndarray | jax.Array, return_dict: bool = True
-    ) -> AutoencoderKLOutput | tuple[DiagonalGaussianDistribution]:
-        """Drop-in for upstream ``vae.encode(x)`` of a video ``(B, 3, F, H, W)`` in [-1, 1].
+    @family_signature
+    def encode(self, x: torch.Tensor | np.ndarray | jax.Array, *args: Any, **kwargs: Any
+               ) -> AutoencoderKLOutput | tuple[DiagonalGaussianDistribution]:
+        """Drop-in for upstream ``vae.encode(x, ...)`` of a video ``(B, 3, F, H, W)`` in [-1, 1].
+
+        Takes upstream's arguments (LTX-2's ``causal`` besides ``return_dict``).
 
         Returns upstream's own `DiagonalGaussianDistribution` (as
         ``.latent_dist``) over the moments, built on the host in torch on
         ``x``'s device (else on `device`): ``.mode()``, ``.mean``, ``.logvar``,
         ``.std`` and ``.sample(generator=...)`` behave exactly as upstream's.
         """
+        return_dict = calls.bind(self, "encode", (x, *args), kwargs)["return_dict"]
         posterior = self.latent_dist(self.encode_jax(x), device=x.device if isinstance(x, torch.Tensor) else None)
         return AutoencoderKLOutput(latent_dist=posterior) if return_dict else (posterior,)
 

@@ -21,7 +21,7 @@ import torch
 from diffusers.models.autoencoders.vae import DecoderOutput
 
 from cogvideox_torchax import families
-from cogvideox_torchax.vae import attributes
+from cogvideox_torchax.vae import attributes, calls
 from cogvideox_torchax.vae.attributes import (
     INFERENCE_SURFACE,
     UnsupportedAttributeError,
@@ -31,12 +31,13 @@ from cogvideox_torchax.vae.attributes import (
 __all__ = ["INFERENCE_SURFACE", "UnsupportedAttributeError", "UpstreamSurface", "refuse_other_module_attributes"]
 
 
-class _family_signature:  # noqa: N801 (used as a decorator)
+class family_signature:  # noqa: N801 (used as a decorator)
     """A method that shows its family's upstream signature (the default family's on the class).
 
-    ``enable_tiling``'s arguments differ by family (CogVideoX's overlap
-    factors, Wan's strides); ``inspect.signature`` and ``help`` show a
-    TorchaxVAE's own upstream's, and the class shows CogVideoX's as before.
+    ``enable_tiling``'s, ``decode``'s and ``encode``'s arguments differ by
+    family (CogVideoX's overlap factors, Wan's strides, LTX-2's timestep and
+    causal switch); ``inspect.signature`` and ``help`` show a TorchaxVAE's
+    own upstream's, and the class shows CogVideoX's.
     """
 
     def __init__(self, method: Any) -> None:
@@ -83,29 +84,26 @@ class UpstreamSurface:
     def use_slicing(self) -> bool:
         return bool(self.module.use_slicing)
 
-    def forward(
-        self,
-        sample: torch.Tensor,
-        sample_posterior: bool = False,
-        return_dict: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> DecoderOutput | tuple[torch.Tensor]:
+    @family_signature
+    def forward(self, sample: torch.Tensor, *args: Any, **kwargs: Any) -> DecoderOutput | tuple[torch.Tensor]:
         """Upstream's ``forward``: encode, take the posterior's mode (or a sample), decode.
 
-        Args:
-            sample: video ``(B, 3, F, H, W)`` in [-1, 1].
-            sample_posterior: decode ``latent_dist.sample(generator)`` instead
-                of ``latent_dist.mode()``.
-            return_dict: a `DecoderOutput` or a 1-tuple.
-            generator: for the posterior sample.
+        Takes upstream's arguments: ``sample`` (video ``(B, 3, F, H, W)`` in
+        [-1, 1]), ``sample_posterior`` (decode ``latent_dist.sample(generator)``
+        instead of ``latent_dist.mode()``), ``return_dict`` (a
+        `DecoderOutput` or a 1-tuple), ``generator``, and its family's (LTX-2's
+        ``temb`` for the decode).
         """
+        arguments = calls.bind(self, "forward", (sample, *args), kwargs)
         posterior = self.encode(sample).latent_dist
-        z = posterior.sample(generator=generator) if sample_posterior else posterior.mode()
-        return self.decode(z, return_dict=return_dict)
+        generator = arguments.get("generator")
+        z = posterior.sample(generator=generator) if arguments.get("sample_posterior") else posterior.mode()
+        inputs = {name: arguments[name] for name in self.family.decode_inputs(self.config) if name in arguments}
+        return self.decode(z, return_dict=arguments["return_dict"], **inputs)
 
     __call__ = forward
 
-    @_family_signature
+    @family_signature
     def enable_tiling(self, *args: Any, **kwargs: Any) -> None:
         """Upstream's ``enable_tiling``, with its family's arguments and defaults.
 

@@ -81,7 +81,8 @@ def test_every_plain_attribute_reads_as_upstreams(pair):
 
 def test_everything_else_of_upstreams_stays_refused(pair):
     _, upstream, vae = pair
-    refused = [n for n, v in _public(upstream).items() if not is_plain(v) and not _ours(vae, n)]
+    read = vae.family.pipeline_buffers  # the tensors its pipelines read (below)
+    refused = [n for n, v in _public(upstream).items() if not is_plain(v) and not _ours(vae, n) and n not in read]
     # Parameters, submodules, hooks, training and checkpointing switches, register_to_config.
     assert {"parameters", "encoder", "decoder", "state_dict", "register_forward_hook", "enable_gradient_checkpointing",
             "register_to_config", "load_state_dict"} <= set(refused)
@@ -91,6 +92,17 @@ def test_everything_else_of_upstreams_stays_refused(pair):
             getattr(vae, name)
     with pytest.raises(ct.UnsupportedAttributeError, match="training mode"):
         vae.train(True)
+
+
+def test_the_buffers_a_familys_pipelines_read_are_host_copies_of_upstreams(pair):
+    # LTX2Pipeline normalises latents by vae.latents_mean and vae.latents_std; the other families' read none.
+    _, upstream, vae = pair
+    buffers = dict(upstream.named_buffers())
+    for name in vae.family.pipeline_buffers:
+        got = getattr(vae, name)
+        assert isinstance(got, torch.Tensor) and got.device.type == "cpu" and got.dtype == buffers[name].dtype
+        assert torch.equal(got, buffers[name]), name
+    assert set(vae.family.pipeline_buffers) <= set(buffers)
 
 
 def test_plain_is_judged_by_the_value_when_read_whatever_the_name(pair, monkeypatch):

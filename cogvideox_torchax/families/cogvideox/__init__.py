@@ -70,7 +70,7 @@ class CogVideoX(Family):
         return [(0 if i == 0 else per_batch * i + extra, min(per_batch * (i + 1) + extra, latent_frames))
                 for i in range(num_batches)]
 
-    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool) -> tuple[Any, Any]:
+    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool, *inputs: Any) -> tuple[Any, Any]:
         # One iteration of upstream's ``_decode`` loop.
         if module.post_quant_conv is not None:
             z = module.post_quant_conv(z)

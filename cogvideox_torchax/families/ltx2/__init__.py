@@ -27,6 +27,11 @@ from cogvideox_torchax.families.ltx2.presets import PRESETS
 STATISTICS = ("latents_mean", "latents_std")
 
 
+def _host(value: Any) -> Any:
+    # A torch tensor (any device, any dtype) or anything numpy takes.
+    return value.detach().float().cpu().numpy() if hasattr(value, "detach") else value
+
+
 def _per_channel(values: Any, like: np.ndarray) -> np.ndarray:
     # (C,) -> (1, C, 1, 1, 1), float32, as the pipeline's view(1, -1, 1, 1, 1).
     return np.asarray(values, dtype=np.float32).reshape(1, -1, *([1] * (like.ndim - 2)))
@@ -47,6 +52,8 @@ class LTX2Video(Family):
     # One batch, the whole video, as upstream decodes it: nothing to carry.
     stream_needs = None
     metadata_keys = (*STATISTICS, "scaling_factor")
+    # LTX2Pipeline and its siblings read these from pipe.vae to (de)normalise.
+    pipeline_buffers = STATISTICS
     normalization = "normalised per channel by the VAE's latents_mean and latents_std and its config.scaling_factor"
 
     def check_config(self, config: Mapping[str, Any], source: str = "config") -> None:
@@ -81,9 +88,37 @@ class LTX2Video(Family):
     def stream_batches(self, module: Any, latent_frames: int) -> list[tuple[int, int]]:
         return [(0, latent_frames)]
 
-    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool) -> tuple[Any, Any]:
+    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool, *inputs: Any) -> tuple[Any, Any]:
         # The whole video in one call, as upstream's _decode without tiling.
-        return module.decoder(z), None
+        return module.decoder(z, *inputs), None
+
+    def decode_inputs(self, config: Any) -> tuple[str, ...]:
+        # A timestep-conditioned decoder takes the decode timestep after the
+        # latents (upstream decode(z, temb)); an unconditioned one ignores it.
+        return ("temb",) if config["timestep_conditioning"] else ()
+
+    def decode_input_values(self, config: Any, batch: int, given: Mapping[str, Any]) -> tuple[np.ndarray, ...]:
+        if not self.decode_inputs(config):
+            return ()
+        temb = given.get("temb")
+        # LTX2Pipeline's decode_timestep is 0 unless set: one value, or one per video.
+        values = np.asarray(0.0 if temb is None else _host(temb), dtype=np.float32).reshape(-1)
+        if values.size not in (1, batch) or not np.isfinite(values).all():
+            raise ValueError(f"temb must be a finite timestep, one or one per video ({batch}), got {values.tolist()}")
+        return (np.ascontiguousarray(np.broadcast_to(values, (batch,))),)
+
+    def check_call(self, config: Any, method: str, arguments: Mapping[str, Any]) -> None:
+        # Upstream takes `causal or is_causal`: True asks for a causal pass of a
+        # non-causal coder, which would need programs of its own.
+        switches = {"decode": {"causal": "decoder_causal"}, "encode": {"causal": "encoder_causal"},
+                    "forward": {"encoder_causal": "encoder_causal", "decoder_causal": "decoder_causal"}}
+        for name, key in switches.get(method, {}).items():
+            if arguments.get(name) and not config[key]:
+                coder = key.removesuffix("_causal")
+                raise ValueError(
+                    f"{name}=True asks for a causal pass of this VAE's non-causal {coder}, which the wrapped VAE "
+                    f"does not compile: build the upstream module with {key}=True in its config and wrap that"
+                )
 
     def tiling_keywords(self, module: Any) -> dict[str, Any]:
         return {

@@ -72,7 +72,7 @@ class Wan(Family):
     def stream_batches(self, module: Any, latent_frames: int) -> list[tuple[int, int]]:
         return [(i, i + 1) for i in range(latent_frames)]
 
-    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool) -> tuple[Any, Any]:
+    def decode_batch(self, module: Any, z: Any, cache: Any, first: bool, *inputs: Any) -> tuple[Any, Any]:
         from cogvideox_torchax.families.wan import chunks
 
         out, cache = chunks.decode_chunk(module, z, None if first else cache)

@@ -1,5 +1,6 @@
 """LTX-2 decode parity with upstream eager PyTorch on the CPU (same weights and latents), and a flat compile time."""
 
+import inspect
 import time
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 
 import cogvideox_torchax as ct
 from cogvideox_torchax.config import preset_config
-from tests.families.ltx2.conftest import CAUSAL, perturbed, upstream_of
+from tests.families.ltx2.conftest import CAUSAL, CONDITIONED, perturbed, upstream_of
 from tests.support.parity import assert_close, psnr
 from tests.support.reference import seeded_latents, upstream_decode
 
@@ -81,3 +82,41 @@ def test_compile_time_does_not_grow_with_the_video(ltx2_tiny):
 def test_bad_latents_name_the_channels(ltx2_tiny):
     with pytest.raises(ValueError, match="8 channels"):
         ltx2_tiny.decode(torch.zeros(1, 16, 2, 3, 3))
+
+
+def test_a_timestep_conditioned_decoder_takes_the_decode_timestep_as_upstream():
+    # As LTX2Pipeline calls it: vae.decode(latents, timestep, return_dict=False), one timestep per video.
+    upstream = upstream_of(CONDITIONED, seed=2)
+    vae = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1")
+    z, temb = seeded_latents((2, 8, 2, 3, 3), seed=1), torch.tensor([0.05, 0.3])
+    with torch.no_grad():
+        expected = upstream.decode(z, temb).sample
+        at_zero = upstream.decode(z, torch.zeros(2)).sample
+    assert_close(vae.decode(z, temb, return_dict=False)[0], expected, atol=1e-4, label="ltx2-tiny conditioned")
+    # Left out, the timestep is LTX2Pipeline's default decode_timestep, 0.
+    assert_close(vae.decode(z).sample, at_zero, atol=1e-4, label="ltx2-tiny conditioned, timestep 0")
+    chunks = list(vae.decode_stream(z, temb=temb, output="video"))
+    assert len(chunks) == 1  # the whole video in one batch, as upstream decodes it
+    assert_close(chunks[0].data, expected, atol=1e-4, label="ltx2-tiny conditioned, streamed")
+    with pytest.raises(ValueError, match="one per video"):
+        vae.decode(z, torch.tensor([0.1, 0.2, 0.3]))
+
+
+def test_a_causal_pass_of_a_non_causal_decoder_is_refused_naming_the_config_key(ltx2_tiny):
+    z = seeded_latents((1, 8, 2, 2, 2), seed=0)
+    with pytest.raises(ValueError, match="decoder_causal=True"):
+        ltx2_tiny.decode(z, causal=True)
+    with pytest.raises(ValueError, match="decoder_causal=True"):
+        ltx2_tiny(torch.zeros(1, 3, 9, 16, 16), decoder_causal=True)
+    with pytest.raises(TypeError, match="timestep"):
+        ltx2_tiny.decode(z, timestep=0.5)  # upstream's own TypeError for an argument it does not take
+    assert list(inspect.signature(ltx2_tiny.decode).parameters)[:3] == ["z", "temb", "causal"]
+
+
+def test_the_latent_statistics_read_as_upstreams_buffers(ltx2_tiny_upstream, ltx2_tiny):
+    # LTX2Pipeline normalises latents by vae.latents_mean / latents_std: host copies of the weights.
+    for name in ("latents_mean", "latents_std"):
+        got = getattr(ltx2_tiny, name)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+        assert_close(got, getattr(ltx2_tiny_upstream, name), atol=0, label=name)
+    assert not hasattr(ltx2_tiny, "encoder")  # other tensors and submodules stay refused
