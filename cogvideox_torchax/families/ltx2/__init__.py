@@ -140,6 +140,8 @@ class LTX2Video(Family):
                          counts: Sequence[int] = (2, 3, 4, 6, 8)) -> list[tuple[str, dict[str, Any]]]:
         # Upstream's tiles step by 7/8 of their size (512 pixels, stride 448):
         # tiles of t latents stepping by s = 7t/8 rounded, blended over t - s.
+        # A last tile of one latent is left out: reflection padding (the
+        # released decoder's) needs two, and upstream's own decode fails there.
         ratio = module.spatial_compression_ratio
         found, seen = [], set()
         for k in counts:
@@ -148,6 +150,8 @@ class LTX2Video(Family):
                 continue
             seen.add(tile)
             stride = tuple(max(1, round(t * 7 / 8)) for t in tile)
+            if any((n - 1) % s == 0 and n > s for n, s in zip(latent_hw, stride, strict=True)):
+                continue
             found.append((f"tiles of {tile[0]}x{tile[1]} latents", {
                 "tile_sample_min_height": tile[0] * ratio, "tile_sample_min_width": tile[1] * ratio,
                 "tile_sample_stride_height": stride[0] * ratio, "tile_sample_stride_width": stride[1] * ratio,
