@@ -146,3 +146,54 @@ class StandInSafetyChecker(ModelMixin, ConfigMixin):
 
     def check_video_safety(self, frames):
         return frames
+
+
+# -- LTX-2 -------------------------------------------------------------------
+
+# The text connectors take the text encoder's hidden states of every layer,
+# stacked: LTX2_LAYERS layers of LTX2_CAPTION channels per token.
+LTX2_CAPTION, LTX2_LAYERS, LTX2_TEXT_LEN = 32, 2, 8
+
+
+def tiny_ltx2_components(vae) -> dict:
+    """An LTX-2 pipeline's components around ``vae`` (8 latent channels, 8x compression): tiny, random, no text model.
+
+    A one-layer `LTX2VideoTransformer3DModel` (video and audio streams), the
+    text connectors, a tiny audio VAE (2 latent channels, 8 mel bins) and
+    vocoder, the flow-matching scheduler; tokenizer and text encoder None
+    (prompt embeddings are passed: `ltx2_embeddings`).
+    """
+    from diffusers import AutoencoderKLLTX2Audio, FlowMatchEulerDiscreteScheduler, LTX2VideoTransformer3DModel
+    from diffusers.pipelines.ltx2 import LTX2TextConnectors
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    transformer = _seeded(lambda: LTX2VideoTransformer3DModel(
+        in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=8, cross_attention_dim=16,
+        vae_scale_factors=(8, 8, 8), audio_in_channels=4, audio_out_channels=4, audio_num_attention_heads=2,
+        audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=1, caption_channels=LTX2_CAPTION,
+        rope_double_precision=False, rope_type="split",
+    ))
+    connectors = _seeded(lambda: LTX2TextConnectors(
+        caption_channels=LTX2_CAPTION, text_proj_in_factor=LTX2_LAYERS, connector_rope_base_seq_len=32,
+        video_connector_num_attention_heads=4, video_connector_attention_head_dim=8, video_connector_num_layers=1,
+        video_connector_num_learnable_registers=None, audio_connector_num_attention_heads=4,
+        audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
+        audio_connector_num_learnable_registers=None, rope_double_precision=False, rope_type="split",
+    ))
+    audio_vae = _seeded(lambda: AutoencoderKLLTX2Audio(
+        base_channels=4, output_channels=2, ch_mult=(1,), num_res_blocks=1, in_channels=2, resolution=32,
+        latent_channels=2, mel_bins=8,
+    ))
+    # The vocoder reads the audio VAE's output channels times its mel bins.
+    vocoder = _seeded(lambda: LTX2Vocoder(
+        in_channels=2 * 8, hidden_channels=32, out_channels=2, upsample_kernel_sizes=[4, 4], upsample_factors=[2, 2],
+        resnet_kernel_sizes=[3], resnet_dilations=[[1, 3, 5]], output_sampling_rate=16000,
+    ))
+    return {"scheduler": FlowMatchEulerDiscreteScheduler(), "vae": vae, "audio_vae": audio_vae, "text_encoder": None,
+            "tokenizer": None, "connectors": connectors, "transformer": transformer, "vocoder": vocoder}
+
+
+def ltx2_embeddings() -> dict:
+    """Prompt embeddings and their attention mask as LTX-2's pipelines take them in place of a prompt."""
+    embeds = torch.randn((1, LTX2_TEXT_LEN, LTX2_CAPTION * LTX2_LAYERS), generator=torch.Generator().manual_seed(1))
+    return {"prompt_embeds": embeds, "prompt_attention_mask": torch.ones((1, LTX2_TEXT_LEN), dtype=torch.long)}
