@@ -3,8 +3,10 @@
 A thin command line over the library. Latents come from a safetensors file,
 as the model family's pipelines return them (``output_type="latent"``:
 CogVideoX ``(B, T, C, H, W)`` times the scaling factor, Wan ``(B, C, T, H, W)``
-normalised per channel), and are brought to what ``vae.decode`` takes
-unless ``--no-unscale``; latents a file's metadata says are another
+normalised per channel; LTX-2 ``(B, C, T, H, W)`` normalised per channel as
+its pipelines hold them before decoding, where its ``output_type="latent"``
+returns them denormalised: ``--no-unscale``), and are brought to what
+``vae.decode`` takes unless ``--no-unscale``; latents a file's metadata says are another
 family's are refused. The video is
 written as H.264 ``.mp4``, a folder of PNG frames (an output name without a
 suffix), or raw float frames (``.npy`` / ``.safetensors``); one output per
@@ -37,6 +39,12 @@ from cogvideox_torchax.cli.options import add_model_arguments
 from cogvideox_torchax.cli.stages import Stage
 
 
+def _family_fps() -> str:
+    from cogvideox_torchax import families
+
+    return ", ".join(f"{family.title} {family.fps:g}" for family in families.FAMILIES.values())
+
+
 def _parser() -> argparse.ArgumentParser:
     p = options.Parser.for_command("decode", __doc__)
     p.add_argument(
@@ -50,15 +58,16 @@ def _parser() -> argparse.ArgumentParser:
         "--layout",
         default="auto",
         choices=("auto", "BCTHW", "BTCHW"),
-        help="latent layout; auto detects it from the model's latent channel count (a Wan model takes (B, C, T, H, W) "
-        "unless told BTCHW)",
+        help="latent layout; auto detects it from the model's latent channel count (Wan and LTX-2 models take "
+        "(B, C, T, H, W) unless told BTCHW)",
     )
     p.add_argument(
         "--no-unscale",
         dest="unscale",
         action="store_false",
         help="latents are already as vae.decode takes them (default: undo the pipeline's scaling as it does: CogVideoX "
-        "divides by config.scaling_factor, Wan multiplies by config.latents_std and adds config.latents_mean)",
+        "divides by config.scaling_factor, Wan multiplies by config.latents_std and adds config.latents_mean, LTX-2 "
+        "multiplies by the VAE's latents_std, divides by config.scaling_factor and adds its latents_mean)",
     )
     add_model_arguments(p)
     out = p.add_mutually_exclusive_group()  # one is needed unless --dry-run (DecodeConfig.from_args)
@@ -91,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
         help="with --output-dir: leave outputs that exist alone and decode the rest (resumes a run)",
     )
     p.add_argument("--fps", type=float, default=None,
-                   help="mp4 frame rate, 0.01 to 1000 (default the model's: CogVideoX 8, Wan 16)")
+                   help=f"mp4 frame rate, 0.01 to 1000 (default the model's: {_family_fps()})")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, 0 (lossless) to 51 (default 18)")
     p.add_argument(
         "--encoder",

@@ -200,12 +200,16 @@ def add_distributed_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The model, runtime and reporting options both commands take."""
+    from cogvideox_torchax import families
+
+    # Every family's presets, as its record names them.
+    presets = "; ".join(f"{family.title} " + " / ".join(f"{RANDOM_PREFIX}{name}" for name in family.presets)
+                        for family in families.FAMILIES.values())
     p.add_argument(
         "--model",
         default="THUDM/CogVideoX-2b",
         help=f"local diffusers folder (or a pipeline folder with vae/), hub id, or {RANDOM_PREFIX}PRESET with seeded "
-        f"random weights, no download: CogVideoX {RANDOM_PREFIX}cogvideox-2b / -5b / -1.5 / {RANDOM_PREFIX}tiny, Wan "
-        f"{RANDOM_PREFIX}wan2.1 / {RANDOM_PREFIX}wan2.2-ti2v-5b / {RANDOM_PREFIX}wan-tiny; default THUDM/CogVideoX-2b",
+        f"random weights, no download: {presets}; default THUDM/CogVideoX-2b",
     )
     p.add_argument("--subfolder", default=None,
                    help="VAE folder inside --model (default 'vae' for hub ids and pipeline folders)")
