@@ -31,6 +31,7 @@ TINY = preset_config("ltx2-tiny")
 
 
 def _call(pipe, **kwargs):
+    kwargs = {"output_type": "pt", **kwargs}
     return pipe(
         **ltx2_embeddings(),
         height=32,
@@ -48,7 +49,6 @@ def _call(pipe, **kwargs):
         spatio_temporal_guidance_blocks=None,
         max_sequence_length=8,
         generator=torch.Generator().manual_seed(0),
-        output_type="pt",
         **kwargs,
     )
 
@@ -75,7 +75,13 @@ def _image():
 def test_text_to_video_assigned_then_image_to_video_built_around_it():
     expected = _call(LTX2Pipeline(**tiny_ltx2_components(upstream_of(TINY))))
     pipe = _assigned(LTX2Pipeline, TINY)
-    _compare(_call(pipe), expected, "LTX2Pipeline, vae assigned")
+    got = _call(pipe)
+    _compare(got, expected, "LTX2Pipeline, vae assigned")
+    # Its output_type="latent" returns the latents denormalised, as vae.decode takes them (the decode
+    # command's --no-unscale), unlike the latents it holds before decoding (the command's default).
+    latents = _call(pipe, output_type="latent").frames
+    video = pipe.video_processor.postprocess_video(pipe.vae.decode(latents).sample, output_type="pt")
+    assert_close(video, got.frames, atol=1e-6, label="output_type='latent' decoded as is")
     # Image to video built from its components, the wrapped VAE among them: the image is encoded (the
     # posterior's mode, normalised by the statistics) as the first latent frame, the denoised latents
     # decoded, both by our VAE.
