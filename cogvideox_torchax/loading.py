@@ -145,7 +145,7 @@ def wrap(
 
     Args:
         vae_module: an upstream VAE of a family this runtime runs
-            (`AutoencoderKLCogVideoX`, `AutoencoderKLWan`).
+            (`AutoencoderKLCogVideoX`, `AutoencoderKLWan`, `AutoencoderKLLTX2Video`).
         dtype: as `from_pretrained`; default the module's own dtype.
         mesh: as `from_pretrained`.
         options: as `from_pretrained`.

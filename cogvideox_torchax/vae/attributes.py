@@ -85,7 +85,7 @@ _MODULE_ATTRIBUTES_KEPT = (
 
 
 class UnsupportedAttributeError(AttributeError, NotImplementedError):
-    """An upstream VAE's attribute (`AutoencoderKLCogVideoX`, `AutoencoderKLWan`) that `TorchaxVAE` does not offer.
+    """An attribute of an upstream VAE (of any family's class) that `TorchaxVAE` does not offer.
 
     Both an AttributeError (so ``hasattr`` and ``getattr(obj, name, default)``
     answer "absent", as diffusers' pipelines probe components) and a

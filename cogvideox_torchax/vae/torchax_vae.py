@@ -48,7 +48,7 @@ __all__ = ["INFERENCE_SURFACE", "TorchaxVAE", "UnsupportedAttributeError", "to_h
 
 @refuse_other_module_attributes
 class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
-    """An upstream VAE (`AutoencoderKLCogVideoX`, `AutoencoderKLWan`), patched, run by torchax under `jax.jit`.
+    """An upstream VAE (CogVideoX's, Wan's or LTX-2's), patched, run by torchax under `jax.jit`.
 
     Build it with `cogvideox_torchax.from_pretrained` or `cogvideox_torchax.wrap`.
     Weights live on the mesh's devices as JAX arrays and are passed to the jitted
@@ -56,7 +56,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     the same config, and one program is compiled per input shape.
 
     It stands in for the upstream module wherever inference code uses one
-    (e.g. ``pipe.vae`` of diffusers' CogVideoX and Wan pipelines): `decode`, `encode`,
+    (e.g. ``pipe.vae`` of the families' diffusers pipelines): `decode`, `encode`,
     `forward` (also by calling it), `enable_tiling` / `disable_tiling`,
     `enable_slicing` / `disable_slicing`, `config`, `dtype`, `device`, `to`
     and `save_pretrained`. Upstream's other public attributes read as
