@@ -26,7 +26,8 @@ def test_multidevice_heavy_suite():
 def _run_child(marks: str) -> None:
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-m", marks, "tests/multidevice"],
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-n", "0", "-m", marks,
+         "tests/multidevice"],
         cwd=ROOT,
         env=env,
         capture_output=True,
