@@ -107,12 +107,15 @@ def check_origin(vae: Any, metadata: Mapping[str, str], source: str) -> list[str
     family = vae.family
     claimed = metadata.get("model")
     others = [f for f in families.FAMILIES.values() if f is not family]
-    suggested = [f for f in others if claimed == f.class_name
-                 or (claimed is None and any(k in metadata for k in f.metadata_keys)
-                     and not any(k in metadata for k in family.metadata_keys))]
+    suggested = [f for f in others if claimed == f.class_name]
+    if claimed is None and not any(k in metadata for k in family.metadata_keys):
+        # Told apart by the scaling they record: every key of a family's (CogVideoX's
+        # scaling_factor alone, not LTX-2's statistics beside it), else any.
+        suggested = ([f for f in others if all(k in metadata for k in f.metadata_keys)]
+                     or [f for f in others if any(k in metadata for k in f.metadata_keys)])
     if suggested or (claimed is not None and claimed != family.class_name):
         what = f"'model': {claimed!r}" if claimed else ", ".join(
-            f"{k!r}" for f in suggested for k in f.metadata_keys if k in metadata)
+            f"{k!r}" for k in dict.fromkeys(k for f in suggested for k in f.metadata_keys if k in metadata))
         origin = suggested[0].title if suggested else claimed
         raise LatentsError(
             f"{source}: its metadata ({what}) says these are {origin} latents; the model is "

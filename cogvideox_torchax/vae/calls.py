@@ -93,7 +93,7 @@ def prepare(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array,
 
 def _execute(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array, inputs: tuple[np.ndarray, ...]) -> Any:
     def run() -> Any:
-        executable, args = prepare(vae, kind, x, inputs)
+        executable, args = vae.prepare(kind, x, inputs)  # the VAE's method: what a caller wraps, runs
         return executable(*args)
 
     return retry_out_of_memory(planner_of(vae), kind, tuple(x.shape), run)

@@ -244,14 +244,17 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         """
         calls.check_5d(shape, "video", "(B, C, F, H, W)", self.family.video_channels(self.config))
 
-    def prepare(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array) -> tuple[jax.stages.Compiled, tuple]:
-        """The planned executable of ``kind`` for ``x`` and its arguments (the weights and ``x`` on the plan's mesh).
+    def prepare(self, kind: str, x: torch.Tensor | np.ndarray | jax.Array,
+                inputs: tuple[np.ndarray, ...] = ()) -> tuple[jax.stages.Compiled, tuple]:
+        """The planned executable of ``kind`` for ``x`` and its arguments (the weights, ``x`` and ``inputs`` placed).
 
-        ``kind``: ``"decode"``, ``"frames"`` (`decode_frames_jax`) or ``"encode"``.
-        A shape already compiled is found without waiting for another
-        thread's compile; the executable runs outside any lock.
+        ``kind``: ``"decode"``, ``"frames"`` (`decode_frames_jax`) or ``"encode"``;
+        ``inputs``: the family's decode inputs (`families.Family.decode_input_values`).
+        Every decode and encode runs what this returns. A shape already
+        compiled is found without waiting for another thread's compile; the
+        executable runs outside any lock.
         """
-        return calls.prepare(self, kind, x)
+        return calls.prepare(self, kind, x, inputs)
 
     def decode_jax(self, z: torch.Tensor | np.ndarray | jax.Array, **inputs: Any) -> jax.Array:
         """Decodes latents ``(B, C, T, H, W)`` (divided by the scaling factor, as upstream takes them) on device.

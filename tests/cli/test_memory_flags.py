@@ -115,8 +115,8 @@ def test_out_of_memory_inside_the_vae_is_retried_once_by_the_command_alone(tmp_p
     real = ct.TorchaxVAE.prepare
     runs = []
 
-    def prepare(self, kind, x):
-        executable, args = real(self, kind, x)
+    def prepare(self, kind, x, inputs=()):
+        executable, args = real(self, kind, x, inputs)
         runs.append(self.planned(tuple(x.shape), kind=kind).name)
 
         def run(*a):
