@@ -12,9 +12,9 @@ from tests.support.reference import seeded_latents, upstream_decode
 
 # The heavy tier: each test below takes 15 s to 12 min of this 2-core CPU and
 # repeats, at length or in more processes, a promise a default test already
-# checks at small size. `python -m pytest` leaves them out so that each stack's
-# run stays near 20 minutes; `python -m pytest -m heavy` runs them (about 30
-# minutes). Node ids, parametrized ones by their prefix.
+# checks at small size. `python -m pytest` leaves them out (each stack's run
+# then takes about 26 minutes on 2 cores); `python -m pytest -m heavy` runs
+# them (about 30 minutes). Node ids, parametrized ones by their prefix.
 HEAVY = (
     # Length: 1,000 latent frames in the host memory of 10 (test_streamed's
     # streamed-writer tests and the 17-frame checks run by default).
@@ -77,7 +77,29 @@ SERIAL = (
 )
 
 
+# Started first (in this order), so that no test of a minute or more begins
+# near the end of a run while the other worker has nothing left: over
+# pytest-xdist's worksteal, the worker that finishes first takes half of what
+# the other has not begun. The files whose tests took longest on 2 cores.
+LONGEST_FIRST = (
+    "tests/test_multidevice.py",
+    "tests/families/wan/test_tiling.py",
+    "tests/platforms/test_wan_programs.py",
+    "tests/contracts/test_streamed.py",
+    "tests/memory/test_budget.py",
+    "tests/families/ltx2/test_decode.py",
+    "tests/families/wan/test_decode.py",
+    "tests/families/wan/test_accelerator_patches.py",
+)
+
+
+def _started_first(item) -> int:
+    path = item.nodeid.split("::")[0]
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_started_first)  # stable: every other test keeps its place
     for item in items:
         if item.nodeid.startswith(HEAVY):
             item.add_marker(pytest.mark.heavy)
@@ -102,6 +124,10 @@ def _share_the_compile_cache():
 def pytest_configure(config):
     workers.run_dir()  # made before xdist starts the workers, which inherit it
     _share_the_compile_cache()
+
+
+def pytest_unconfigure(config):
+    workers.remove_run_dir()  # by the process that made it, after every worker has ended
 
 
 @pytest.hookimpl(hookwrapper=True)

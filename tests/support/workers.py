@@ -9,7 +9,8 @@
 - One compile cache: every worker, and the processes the tests start that
   keep JAX's cache on, share JAX's persistent compilation cache in one
   folder per run, so a program one worker compiled the others load
-  (a second stack has its own: the cache is keyed by the jax version).
+  (a second stack has its own: the cache is keyed by the jax version). The
+  folder is removed when the run ends, by the process that made it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,11 +34,24 @@ def auto_workers() -> int:
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
+_made_here: list[Path] = []
+
+
 def run_dir() -> Path:
     """The run's shared folder, made by the first process that asks (the controller, before the workers start)."""
     if not os.environ.get(RUN_DIR):
         os.environ[RUN_DIR] = tempfile.mkdtemp(prefix="cogvideox-torchax-tests-")
+        _made_here.append(Path(os.environ[RUN_DIR]))
     return Path(os.environ[RUN_DIR])
+
+
+def remove_run_dir() -> None:
+    """Removes the run's folder (about 80 MB of compiled programs) if this process made it: at the run's end."""
+    for folder in _made_here:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get(RUN_DIR) == str(folder):
+            del os.environ[RUN_DIR]
+    _made_here.clear()
 
 
 def compile_cache_dir() -> Path:
