@@ -237,7 +237,7 @@ def _row_line(r: dict[str, Any]) -> str:
             need = f"refused: needs {r['refused_bytes'] / 2**30:.2f} GiB"
         else:
             need = f"error: {r['error']}"
-        return start + f"| {_s(r.get('compile_s'))} | {_load(r)} | {need} | | | | | | | |"
+        return start + f"| {_s(r.get('compile_s'))} | {_load(r)} | {need} | | | | | | | | | |"
     b, c = r["per_device_bytes"], r["compiled"]
     layouts = ", ".join(f"{k}: {v}" for k, v in sorted(c["conv_layouts"].items(), key=lambda kv: -kv[1]))
     dtypes = ", ".join(f"{k}: {v}" for k, v in c["conv_output_dtypes"].items())
@@ -247,7 +247,12 @@ def _row_line(r: dict[str, Any]) -> str:
             f"| {_gib(b['outputs'])} | {c['convolutions']} ({layouts}) -> {dtypes} "
             f"| {'' if largest is None else f'{largest / 2**31:.3f}'} "
             f"| {c['activation_layout_changes']} ({c['layout_changes']}) | {c['activation_copies']} ({c['copies']}) "
-            f"| {collectives} |")
+            f"| {collectives} | {_count(c.get('convolution_calls'))} | {_count(c.get('movement_bytes'), 2**30)} |")
+
+
+def _count(n: int | None, unit: int = 1) -> str:
+    """A count read from the program, or "?" where one of its loops has no known trip count."""
+    return "?" if n is None else (str(n) if unit == 1 else f"{n / unit:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print("| system | target, mesh | latents | build s | trace+lower s | compile s | load (1 min) | temp GiB "
               "| args GiB | out GiB | convolutions (layouts) -> result dtypes | largest conv (x 2^31 elements) "
-              "| activations moved to another layout (all moves) | activations copied (all copies) | collectives |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "| activations moved to another layout (all moves) | activations copied (all copies) | collectives "
+              "| convolution calls per decode | GiB padded, joined, cut and copied per decode |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     failed = False
     for target in targets_:
         for shape in shapes:

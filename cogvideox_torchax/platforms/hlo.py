@@ -175,8 +175,143 @@ def compiled_ops(text: str) -> tuple[list[CompiledOp], list[CompiledOp]]:
     return convs, moves
 
 
+# Call edges of a compiled program: (callee, how many times per call of the caller).
+_CALLEE = re.compile(r"\b(?:calls|to_apply|body|condition|true_computation|false_computation)=%([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_BODY = re.compile(r"\bbody=%([\w.\-]+)")
+_CONDITION = re.compile(r"\bcondition=%([\w.\-]+)")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+          "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
+# Data movement: what runs outside the convolutions to pad, join, cut and copy tensors.
+MOVEMENT = ("pad", "concatenate", "slice", "dynamic-slice", "dynamic-update-slice", "copy", "transpose")
+# Free or shape-only instructions a fusion of data movement may also hold.
+_SHAPE_ONLY = frozenset(("parameter", "constant", "bitcast", "reshape", "broadcast", "tuple", "get-tuple-element",
+                         "iota", "convert"))
+
+
+def runs_per_call(text: str) -> dict[str, int | None]:
+    """How many times each computation of a compiled program runs per call of the program.
+
+    The entry computation runs once; a while loop's body as many times as
+    XLA's ``known_trip_count`` says and its condition once more (None where
+    a loop's count is unknown, and below it); fusions, calls and reducers once per run of their
+    caller; each branch of a conditional as often as the conditional (an
+    upper bound).
+    """
+    blocks = _computations(text)
+    entry = next((m.group(2) for line in text.splitlines() if (m := _COMPUTATION.match(line)) and m.group(1)), None)
+    callers: dict[str, list[tuple[str, int | None]]] = {}
+    for name, lines in blocks.items():
+        for line in lines:
+            body, condition = _BODY.search(line), _CONDITION.search(line)
+            trip = int(m.group(1)) if (m := _TRIP_COUNT.search(line)) else None
+            for callee in _CALLEE.findall(line):
+                times: int | None = 1
+                if body and callee == body.group(1):
+                    times = trip
+                elif condition and callee == condition.group(1):
+                    times = None if trip is None else trip + 1
+                callers.setdefault(callee, []).append((name, times))
+            for group in _BRANCHES.findall(line):
+                for callee in re.findall(r"%([\w.\-]+)", group):
+                    callers.setdefault(callee, []).append((name, 1))
+    runs: dict[str, int | None] = {}
+
+    def count(name: str) -> int | None:
+        if name not in runs:
+            if name == entry:
+                runs[name] = 1
+            else:
+                total: int | None = 0
+                for caller, times in callers.get(name, []):
+                    n = count(caller)
+                    total = None if total is None or n is None or times is None else total + n * times
+                runs[name] = total
+        return runs[name]
+
+    for name in blocks:
+        count(name)
+    return runs
+
+
+def _bytes(dtype: str, shape: tuple[int, ...]) -> int:
+    return _BYTES.get(dtype, 0) * math.prod(shape)
+
+
+def executed_summary(text: str) -> dict[str, object]:
+    """What a compiled program does per call, its loops unrolled: convolution calls, and data movement's bytes.
+
+    ``convolution_calls``: every convolution (a cuDNN call on GPUs) times
+    the runs of the computation holding it (None where a loop's count is
+    unknown). ``movement_bytes``: the bytes written by `MOVEMENT`
+    instructions outside fusions, and by fusions that hold nothing else
+    (and shape-only instructions), each times its runs, by opcode (a
+    fusion under its root's). A dynamic-update-slice writes its update
+    in place and counts the update's bytes. These are what a GPU profile
+    counts as convolution kernels and as pad, concatenate, slice and copy
+    kernels, read from the program before any device runs it.
+    """
+    blocks = _computations(text)
+    runs = runs_per_call(text)
+    fused = {name for lines in blocks.values() for line in lines if " fusion(" in line for name in _CALLS.findall(line)}
+    arrays = {}
+    for name, lines in blocks.items():
+        found = {}
+        for line in lines:
+            m = _INSTRUCTION.match(line)
+            if m is not None:
+                array = _ARRAY.search(m.group(3))
+                found[m.group(2)] = (array.group(1), tuple(int(d) for d in array.group(2).split(",") if d))
+        arrays[name] = found
+
+    def written(computation: str, line: str, op: CompiledOp) -> int:
+        if op.op != "dynamic-update-slice":
+            return _bytes(op.dtype, op.shape)
+        operands = re.findall(r"%([\w.\-]+)", _INSTRUCTION.match(line).group(5))
+        update = arrays[computation].get(operands[1]) if len(operands) > 1 else None
+        return _bytes(*update) if update else _bytes(op.dtype, op.shape)
+
+    conv_calls: int | None = 0
+    movement: dict[str, int] = {}
+    unknown = False
+    for name, lines in blocks.items():
+        n = runs.get(name)
+        for line in lines:
+            op = _op(line)
+            if op is None:
+                continue
+            if op.op in ("convolution", "cudnn-conv"):
+                conv_calls = None if conv_calls is None or n is None else conv_calls + n
+                continue
+            if name in fused:
+                continue
+            kind, size = None, 0
+            if op.op in MOVEMENT:
+                kind, size = op.op, written(name, line, op)
+            elif op.op == "fusion":
+                called = _CALLS.search(line).group(1)
+                ops = [(x, _op(x)) for x in blocks.get(called, [])]
+                if ops and all(o is not None and (o.op in MOVEMENT or o.op in _SHAPE_ONLY) for _, o in ops):
+                    root = next(((x, o) for x, o in ops if x.lstrip().startswith("ROOT")), None)
+                    if root is not None and root[1].op in MOVEMENT:
+                        kind = root[1].op
+                        size = written(called, *root) if kind == "dynamic-update-slice" else _bytes(op.dtype, op.shape)
+            if kind is None:
+                continue
+            if n is None:
+                unknown = True
+                continue
+            movement[kind] = movement.get(kind, 0) + n * size
+    return {
+        "convolution_calls": conv_calls,
+        "movement_bytes": None if unknown else sum(movement.values()),
+        "movement_bytes_by_op": dict(sorted(movement.items())),
+    }
+
+
 def compiled_summary(text: str, *, min_elements: int = 2**20) -> dict[str, object]:
-    """What `compiled_ops` finds, counted, and the collectives.
+    """What `compiled_ops` finds, counted, the collectives, and what the program runs per call (`executed_summary`).
 
     Convolutions by layout and by result dtype; data movements split into
     layout changes (transposes, relayouting copies) and plain copies, each
@@ -208,4 +343,5 @@ def compiled_summary(text: str, *, min_elements: int = 2**20) -> dict[str, objec
         "activation_copies": sum(m.elements >= min_elements for m in copies),
         "min_activation_elements": min_elements,
         "collectives": collectives,
+        **executed_summary(text),
     }

@@ -18,6 +18,7 @@ from cogvideox_torchax.platforms import accelerators, hlo
 from tests.support.compilers import require_compiler
 
 _TINY = (1, 4, 3, 8, 16)  # first batch + one scan step, both upsamplers, every SpatialNorm
+_SCANNED = (1, 4, 7, 8, 16)  # three frame batches: the first, then a scan of two steps
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +69,13 @@ def test_h200_program_runs_cudnn_convs_with_the_bias_fused_and_bf16_activations(
     assert [m for m in moves if m.elements >= smallest] == []
     summary = hlo.compiled_summary(text, min_elements=smallest)
     assert summary["activation_layout_changes"] == summary["activation_copies"] == 0 and summary["collectives"] == {}
+    # Per call, what a profile on the device counts: one cuDNN call per convolution of
+    # the text here (one frame batch, no loop); at 7 latent frames (3 batches, the last
+    # two a scan of 2 steps) three times as many, though the text holds two batches' worth.
+    assert summary["convolution_calls"] == len(convs)
+    longer = hlo.compiled_ops(scanned := tiny_bf16.compile_decode(_SCANNED, target="h200").as_text())[0]
+    assert len(longer) == 2 * len(convs) and " while(" in scanned
+    assert hlo.executed_summary(scanned)["convolution_calls"] == 3 * len(convs)
     # fp32 results only for SpatialNorm's 1x1x1 convs at latent resolution (on purpose).
     batch, _, frames, height, width = _TINY
     latent_res = batch * 32 * (frames + 1) * height * width
