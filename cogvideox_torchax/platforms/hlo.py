@@ -60,8 +60,9 @@ def convolutions(stablehlo: str) -> list[Convolution]:
 # -- compiled programs (optimized HLO, `jax.stages.Compiled.as_text()`) -------
 
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s.*\{\s*$")
+# A tuple result's elements may carry TPU layouts, which hold parentheses of their own.
 _INSTRUCTION = re.compile(
-    r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(\([^)]*\)|[a-z]\w*\[[\d,]*\](?:\{[^}]*\})?)\S*\s+([\w\-]+)\((.*)$"
+    r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(\((?:[^()]|\([^()]*\))*\)|[a-z]\w*\[[\d,]*\](?:\{[^}]*\})?)\S*\s+([\w\-]+)\((.*)$"
 )
 # TPU layouts carry their tiling and memory space: {1,0,4,3,2:T(8,128)(2,1)S(1)}.
 _ARRAY = re.compile(r"([a-z]\w*)\[([\d,]*)\](?:\{([^}]*)\})?")

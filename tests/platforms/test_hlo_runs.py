@@ -87,3 +87,16 @@ def test_a_cpu_program_s_loop_counts_as_its_iterations():
     # One convolution in the text, run seven times (seven in the text where a compiler unrolls the loop).
     assert len(hlo.compiled_ops(text)[0]) in (1, 7)
     assert hlo.executed_summary(text)["convolution_calls"] == 7
+
+
+def test_tpu_tuple_results_with_tiled_layouts_are_read():
+    # An async collective's result is a tuple whose TPU layouts hold parentheses (tiles,
+    # memory space): a halo exchange of a width-split convolution at tp=8.
+    line = (
+        "  %collective-permute-start = (bf16[1,128,18,24,5]{1,3,4,2,0:T(8,128)(2,1)S(1)}, "
+        "bf16[1,128,18,24,5]{1,3,4,2,0:T(8,128)(2,1)S(1)}, u32[]{:S(2)}, u32[]{:S(2)}) "
+        "collective-permute-start(bf16[1,128,18,24,5]{1,3,4,2,0:T(8,128)(2,1)S(1)} %copy.1), channel_id=1, "
+        "source_target_pairs={{1,0},{2,1}}"
+    )
+    program = f"HloModule m\n\nENTRY %main (a: bf16[1,128,18,24,5]) -> bf16[1] {{\n{line}\n}}\n"
+    assert hlo.compiled_summary(program)["collectives"] == {"collective-permute": 1}
