@@ -17,7 +17,7 @@ from cogvideox_torchax.memory import budget
 from cogvideox_torchax.platforms import accelerators, hlo
 from tests.support.compilers import require_compiler
 
-_TINY = (1, 4, 3, 8, 16)  # first batch + one scan step, both upsamplers, every SpatialNorm
+_TINY = (1, 4, 3, 8, 16)  # one frame batch (3 latent frames at once), both upsamplers, every SpatialNorm
 _SCANNED = (1, 4, 7, 8, 16)  # three frame batches: the first, then a scan of two steps
 
 
