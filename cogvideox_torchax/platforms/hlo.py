@@ -186,7 +186,7 @@ _BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f
           "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8}
 # Data movement: what runs outside the convolutions to pad, join, cut and copy tensors.
 MOVEMENT = ("pad", "concatenate", "slice", "dynamic-slice", "dynamic-update-slice", "copy", "transpose")
-# Free or shape-only instructions a fusion of data movement may also hold.
+# What a fusion of data movement may also hold: free, shape-only or dtype-only instructions.
 _SHAPE_ONLY = frozenset(("parameter", "constant", "bitcast", "reshape", "broadcast", "tuple", "get-tuple-element",
                          "iota", "convert"))
 
@@ -196,9 +196,9 @@ def runs_per_call(text: str) -> dict[str, int | None]:
 
     The entry computation runs once; a while loop's body as many times as
     XLA's ``known_trip_count`` says and its condition once more (None where
-    a loop's count is unknown, and below it); fusions, calls and reducers once per run of their
-    caller; each branch of a conditional as often as the conditional (an
-    upper bound).
+    a loop's count is unknown, and below it); fusions, calls and reducers
+    once per run of their caller; each branch of a conditional as often as
+    the conditional (an upper bound).
     """
     blocks = _computations(text)
     entry = next((m.group(2) for line in text.splitlines() if (m := _COMPUTATION.match(line)) and m.group(1)), None)
