@@ -131,14 +131,21 @@ def _op(line: str, layouts: dict[str, str] | None = None) -> CompiledOp | None:
                       operand_layout)
 
 
-def _layouts(lines: list[str]) -> dict[str, str]:
+def _results(lines: list[str]) -> dict[str, tuple[str, tuple[int, ...], str]]:
+    """Each instruction's result (a tuple's first element): dtype, shape and layout, by name."""
     found = {}
     for line in lines:
         m = _INSTRUCTION.match(line)
         if m is not None:
             array = _ARRAY.search(m.group(3))
-            found[m.group(2)] = array.group(3) or ""
+            found[m.group(2)] = (array.group(1), tuple(int(d) for d in array.group(2).split(",") if d),
+                                 array.group(3) or "")
     return found
+
+
+def _fused(blocks: dict[str, list[str]]) -> set[str]:
+    """The computations fusions call: steps of their callers, not of their own."""
+    return {name for lines in blocks.values() for line in lines if " fusion(" in line for name in _CALLS.findall(line)}
 
 
 def compiled_ops(text: str) -> tuple[list[CompiledOp], list[CompiledOp]]:
@@ -153,8 +160,8 @@ def compiled_ops(text: str) -> tuple[list[CompiledOp], list[CompiledOp]]:
         plain copies (loop-carried buffers XLA must not overwrite).
     """
     blocks = _computations(text)
-    layouts = {name: _layouts(lines) for name, lines in blocks.items()}
-    fused = {name for lines in blocks.values() for line in lines if " fusion(" in line for name in _CALLS.findall(line)}
+    layouts = {name: {k: r[2] for k, r in _results(lines).items()} for name, lines in blocks.items()}
+    fused = _fused(blocks)
     convs, moves = [], []
     for name, lines in blocks.items():
         for line in lines:
@@ -255,23 +262,18 @@ def executed_summary(text: str) -> dict[str, object]:
     """
     blocks = _computations(text)
     runs = runs_per_call(text)
-    fused = {name for lines in blocks.values() for line in lines if " fusion(" in line for name in _CALLS.findall(line)}
-    arrays = {}
-    for name, lines in blocks.items():
-        found = {}
-        for line in lines:
-            m = _INSTRUCTION.match(line)
-            if m is not None:
-                array = _ARRAY.search(m.group(3))
-                found[m.group(2)] = (array.group(1), tuple(int(d) for d in array.group(2).split(",") if d))
-        arrays[name] = found
+    fused = _fused(blocks)
+    results: dict[str, dict[str, tuple[str, tuple[int, ...], str]]] = {}
 
     def written(computation: str, line: str, op: CompiledOp) -> int:
         if op.op != "dynamic-update-slice":
             return _bytes(op.dtype, op.shape)
+        # The compiled text names operands without their types: the update's is its definition's.
         operands = re.findall(r"%([\w.\-]+)", _INSTRUCTION.match(line).group(5))
-        update = arrays[computation].get(operands[1]) if len(operands) > 1 else None
-        return _bytes(*update) if update else _bytes(op.dtype, op.shape)
+        if computation not in results:
+            results[computation] = _results(blocks[computation])
+        update = results[computation].get(operands[1]) if len(operands) > 1 else None
+        return _bytes(*update[:2]) if update else _bytes(op.dtype, op.shape)
 
     conv_calls: int | None = 0
     movement: dict[str, int] = {}
