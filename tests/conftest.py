@@ -7,13 +7,13 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from tests.support import workers
+from tests.support import cpu_codegen, workers
 from tests.support.reference import seeded_latents, upstream_decode
 
 # The heavy tier: each test below takes 15 s to 12 min of this 2-core CPU and
 # repeats, at length or in more processes, a promise a default test already
 # checks at small size. `python -m pytest` leaves them out (each stack's run
-# then takes 24 to 27 minutes on 2 cores); `python -m pytest -m heavy` runs
+# then takes 17 to 19 minutes on 2 cores, docs/testing.md); `python -m pytest -m heavy` runs
 # them (about 30 minutes). Node ids, parametrized ones by their prefix.
 HEAVY = (
     # Length: 1,000 latent frames in the host memory of 10 (test_streamed's
@@ -84,7 +84,7 @@ SERIAL = (
 LONGEST_FIRST = (
     "tests/test_multidevice.py",
     "tests/families/wan/test_tiling.py",
-    "tests/platforms/test_wan_programs.py",
+    "tests/test_suite_processes.py",
     "tests/contracts/test_streamed.py",
     "tests/memory/test_budget.py",
     "tests/families/ltx2/test_decode.py",
@@ -122,6 +122,10 @@ def _share_the_compile_cache():
 
 
 def pytest_configure(config):
+    cpu_codegen.apply_fast_cpu_codegen()  # before any backend starts; the processes tests start inherit it
+    if not hasattr(config, "workerinput"):  # the controller, before it starts the workers
+        n = getattr(config.option, "numprocesses", None)
+        workers.share_torch_threads(workers.auto_workers() if n in ("auto", "logical") else int(n or 0))
     workers.run_dir()  # made before xdist starts the workers, which inherit it
     _share_the_compile_cache()
 

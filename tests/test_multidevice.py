@@ -14,6 +14,8 @@ import sys
 
 import pytest
 
+from tests.support.cpu_codegen import with_flags
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -40,7 +42,7 @@ def test_multidevice_heavy_suite():
 
 
 def _run_child(marks: str, paths: tuple[str, ...]) -> None:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=with_flags("--xla_force_host_platform_device_count=8"), JAX_PLATFORMS="cpu")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-n", "0", "-m", marks,
          *paths],

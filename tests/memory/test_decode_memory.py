@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from tests.support.cpu_codegen import with_flags
+
 SCRIPT = """
 import json
 import cogvideox_torchax as ct
@@ -26,7 +28,7 @@ print(json.dumps(temps))
 
 @pytest.mark.slow  # real 2b config: ~20 s of compiling, still in the default run
 def test_chained_batches_cost_a_few_decoder_calls_not_eight():
-    env = dict(os.environ, XLA_FLAGS="--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED")
+    env = dict(os.environ, XLA_FLAGS=with_flags("--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"))
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr
     temps = {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}

@@ -23,6 +23,7 @@ from safetensors.numpy import save_file
 
 import cogvideox_torchax as ct
 from cogvideox_torchax.parallel import distributed
+from tests.support.cpu_codegen import with_flags
 from tests.support.parity import assert_close
 from tests.support.reference import upstream_decode
 from tests.support.two_process import latents
@@ -38,7 +39,7 @@ def _free_port() -> int:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=with_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
     env.pop("COGVIDEOX_TORCHAX_MEMORY_REPORT", None)
     return env
 

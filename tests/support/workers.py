@@ -6,6 +6,13 @@
   asserts (`conftest.SERIAL`) takes an exclusive lock that every other test
   takes shared, so no other worker's test runs beside it; a turnstile keeps
   a waiting one from being starved by the others' stream of shared locks.
+- Threads: each worker's torch gets its share of the cores
+  (`torch_threads`, through ``OMP_NUM_THREADS``, which the processes a
+  test starts inherit): with two workers on two cores, each torch
+  computing its eager references on both made the tests on them 15 %
+  slower (tests/vae/test_parity.py and the families' decode tests, 331 s
+  against 392 s of test time). XLA keeps its own threads: limiting its
+  Eigen pool too was slower.
 - One compile cache: every worker, and the processes the tests start that
   keep JAX's cache on, share JAX's persistent compilation cache in one
   folder per run, so a program one worker compiled the others load
@@ -32,6 +39,17 @@ RUN_DIR = "COGVIDEOX_TORCHAX_TEST_RUN_DIR"
 def auto_workers() -> int:
     """``-n auto``: one worker per core, at most `MAX_WORKERS`."""
     return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+def torch_threads(workers: int, cores: int | None = None) -> int:
+    """Threads for each worker's torch: an equal share of the cores, at least one."""
+    return max(1, (cores or os.cpu_count() or 1) // max(1, workers))
+
+
+def share_torch_threads(workers: int) -> None:
+    """Sets ``OMP_NUM_THREADS`` to `torch_threads` for the workers to inherit, unless the run set it."""
+    if workers >= 2 and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(torch_threads(workers))
 
 
 _made_here: list[Path] = []
