@@ -1,14 +1,11 @@
 """The suite's XLA:CPU programs get LLVM's -O0 machine code: the same programs, compiled in half the time.
 
-Most of the suite's time is XLA:CPU compiling small programs that then run
-in milliseconds, and most of a compile is LLVM optimizing the machine code
-of XLA's fused loops. `--xla_backend_optimization_level` sets only that:
-XLA's own passes (fusion, layouts, scheduling, buffer assignment, what the
-tests read from compiled programs) run alike, and a Wan decode's optimized
-HLO is byte-identical at 0 and at the default; convolutions and dots are
-library calls either way. fp32 outputs differ from the default's in the
-last bits (5e-6 at most on the tiny decodes), as two orders of the same
-additions do. The GPU and TPU compilers are not affected.
+Much of the suite's time is XLA:CPU compiling small programs, most of it
+LLVM optimizing the machine code of XLA's fused loops.
+`--xla_backend_optimization_level` sets only that: XLA's own passes (what
+the tests read from compiled programs) run alike, so the optimized HLO is
+the one users get, and fp32 outputs move only in the last bits. The GPU
+and TPU compilers are not affected. Figures: docs/testing.md.
 
 What users run, XLA's default machine code, is still checked against
 upstream: `tests/test_suite_processes.py` runs the tiny parity and

@@ -8,11 +8,9 @@
   a waiting one from being starved by the others' stream of shared locks.
 - Threads: each worker's torch gets its share of the cores
   (`torch_threads`, through ``OMP_NUM_THREADS``, which the processes a
-  test starts inherit): with two workers on two cores, each torch
-  computing its eager references on both made the tests on them 15 %
-  slower (tests/vae/test_parity.py and the families' decode tests, 331 s
-  against 392 s of test time). XLA keeps its own threads: limiting its
-  Eigen pool too was slower.
+  test starts inherit), so that workers' eager references do not contend
+  for the same cores; XLA keeps its own threads (limiting them was
+  slower; docs/testing.md).
 - One compile cache: every worker, and the processes the tests start that
   keep JAX's cache on, share JAX's persistent compilation cache in one
   folder per run, so a program one worker compiled the others load
