@@ -1,7 +1,6 @@
 """LTX-2 decode parity with upstream eager PyTorch on the CPU (same weights and latents), and a flat compile time."""
 
 import inspect
-import time
 
 import pytest
 import torch
@@ -64,19 +63,21 @@ def test_ltx2_tiny_bf16_psnr(seed):
 
 
 def test_compile_time_does_not_grow_with_the_video(ltx2_tiny):
-    # Upstream decodes the whole video in one call: one program whose size
-    # does not depend on the frame count (17 latent frames within 1.3x of 5).
-    def compile_seconds(frames: int) -> float:
-        started = time.perf_counter()
-        ltx2_tiny.compile_decode((1, 8, frames, 2, 2))
-        return time.perf_counter() - started
+    # Upstream decodes the whole video in one call: one program whose size does
+    # not depend on the frame count, so neither does its compile time. Judged on
+    # the programs themselves (a timed check would fail on a busy machine).
+    def instructions(text: str) -> list[str]:
+        return [line for line in text.splitlines() if " = " in line and not line.lstrip().startswith("//")]
 
-    five, seventeen = compile_seconds(5), compile_seconds(17)
-    print(f"[compile] 5 latent frames {five:.2f} s, 17: {seventeen:.2f} s")
     text5 = ltx2_tiny.lower_decode((1, 8, 5, 2, 2)).as_text()
     text17 = ltx2_tiny.lower_decode((1, 8, 17, 2, 2)).as_text()
-    assert abs(len(text17) - len(text5)) < 0.01 * len(text5)  # the same program, other shapes
-    assert seventeen <= 1.3 * five + 1.0  # a second of slack for a busy machine
+    assert abs(len(text17) - len(text5)) < 0.01 * len(text5)  # the same traced program, other shapes
+    five = instructions(ltx2_tiny.compile_decode((1, 8, 5, 2, 2)).as_text())
+    seventeen = instructions(ltx2_tiny.compile_decode((1, 8, 17, 2, 2)).as_text())
+    print(f"[compile] optimized instructions: 5 latent frames {len(five)}, 17: {len(seventeen)}")
+    assert abs(len(seventeen) - len(five)) <= 0.02 * len(five)  # and the same compiled one (fusion varies a little)
+    convolutions = [sum(" convolution(" in line for line in x) for x in (five, seventeen)]
+    assert convolutions[0] == convolutions[1] > 0
 
 
 def test_bad_latents_name_the_channels(ltx2_tiny):
