@@ -2,10 +2,10 @@
 
 - Workers: ``-n auto`` is one per core, at most `MAX_WORKERS` (each holds
   JAX, torch and its compiled programs: 3 to 5 GB).
-- Alone: a test that times threads, processes or signals against what it
-  asserts (`conftest.SERIAL`) takes an exclusive lock that every other test
-  takes shared, so no other worker's test runs beside it; a turnstile keeps
-  a waiting one from being starved by the others' stream of shared locks.
+- Alone: a test that judges a time it measured (`conftest.SERIAL`) takes
+  an exclusive lock that every other test takes shared, so no other
+  worker's test runs beside it; a turnstile keeps a waiting one from being
+  starved by the others' stream of shared locks.
 - Threads: each worker's torch gets its share of the cores
   (`torch_threads`, through ``OMP_NUM_THREADS``, which the processes a
   test starts inherit), so that workers' eager references do not contend
