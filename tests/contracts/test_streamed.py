@@ -150,10 +150,9 @@ def test_a_video_whose_whole_decode_does_not_fit_streams_within_the_budget(tmp_p
     shape = (1, 4, 17, 4, 6)
     vae = ct.wrap(ct.random_upstream("tiny", seed=0), mesh="dp=1,tp=1")
     streamed = vae.stream_plan(shape).bytes
-    # A budget between the streamed decode's bytes and the smallest whole or tiled plan's.
+    # A budget between the streamed decode's bytes and the smallest whole or tiled plan's (that no
+    # whole or tiled plan fits it is the --no-stream run's exit 3 below).
     max_memory = int(budget.budget_for(streamed * 1.05))
-    others = vae.planner.measure_all("frames", shape)
-    assert min(p.bytes for p in others) > budget.usable(max_memory), [(p.name, p.bytes) for p in others]
     z = torch.randn(shape, generator=torch.Generator().manual_seed(3))
     save_file({"z": z}, tmp_path / "z.safetensors")
     argv = [str(tmp_path / "z.safetensors"), *TINY, "--no-unscale", "--max-memory", f"{max_memory}B", "--json"]
