@@ -13,7 +13,7 @@ from tests.support.reference import seeded_latents, upstream_decode
 # The heavy tier: each test below takes 15 s to 12 min of this 2-core CPU and
 # repeats, at length or in more processes, a promise a default test already
 # checks at small size. `python -m pytest` leaves them out (each stack's run
-# then takes 18 to 20 minutes on 2 cores, docs/testing.md); `python -m pytest -m heavy` runs
+# then takes the time docs/testing.md states); `python -m pytest -m heavy` runs
 # them (about 30 minutes). Node ids, parametrized ones by their prefix.
 HEAVY = (
     # Length: 1,000 latent frames in the host memory of 10 (test_streamed's
