@@ -243,6 +243,22 @@ def runs_per_call(text: str) -> dict[str, int | None]:
     return runs
 
 
+def _in_loops(blocks: dict[str, list[str]]) -> set[str]:
+    """The computations a while loop's body runs: the bodies and everything they call."""
+    found: set[str] = set()
+    todo = [m.group(1) for lines in blocks.values() for line in lines if (m := _BODY.search(line))]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        for line in blocks.get(name, []):
+            todo += _CALLEE.findall(line)
+            for group in _BRANCHES.findall(line):
+                todo += re.findall(r"%([\w.\-]+)", group)
+    return found
+
+
 def _bytes(dtype: str, shape: tuple[int, ...]) -> int:
     return _BYTES.get(dtype, 0) * math.prod(shape)
 
@@ -254,11 +270,14 @@ def executed_summary(text: str) -> dict[str, object]:
     the runs of the computation holding it (None where a loop's count is
     unknown). ``movement_bytes``: the bytes written by `MOVEMENT`
     instructions outside fusions, and by fusions that hold nothing else
-    (and shape-only instructions), each times its runs, by opcode (a
+    (and shape-only instructions and scalar arithmetic: offsets), each
+    times its runs, by opcode (a
     fusion under its root's). A dynamic-update-slice writes its update
     in place and counts the update's bytes. These are what a GPU profile
     counts as convolution kernels and as pad, concatenate, slice and copy
     kernels, read from the program before any device runs it.
+    ``movement_bytes_in_loops_by_op``: the part written inside while
+    loops (a frame scan's steps).
     """
     blocks = _computations(text)
     runs = runs_per_call(text)
@@ -277,6 +296,8 @@ def executed_summary(text: str) -> dict[str, object]:
 
     conv_calls: int | None = 0
     movement: dict[str, int] = {}
+    in_loops = _in_loops(blocks)
+    looped: dict[str, int] = {}
     unknown = False
     for name, lines in blocks.items():
         n = runs.get(name)
@@ -295,7 +316,9 @@ def executed_summary(text: str) -> dict[str, object]:
             elif op.op == "fusion":
                 called = _CALLS.search(line).group(1)
                 ops = [(x, _op(x)) for x in blocks.get(called, [])]
-                if ops and all(o is not None and (o.op in MOVEMENT or o.op in _SHAPE_ONLY) for _, o in ops):
+                # Scalars are offsets (a dynamic slice's clamped start), not data.
+                if ops and all(o is not None and (o.op in MOVEMENT or o.op in _SHAPE_ONLY or not o.shape)
+                               for _, o in ops):
                     root = next(((x, o) for x, o in ops if x.lstrip().startswith("ROOT")), None)
                     if root is not None and root[1].op in MOVEMENT:
                         kind = root[1].op
@@ -306,10 +329,13 @@ def executed_summary(text: str) -> dict[str, object]:
                 unknown = True
                 continue
             movement[kind] = movement.get(kind, 0) + n * size
+            if name in in_loops:
+                looped[kind] = looped.get(kind, 0) + n * size
     return {
         "convolution_calls": conv_calls,
         "movement_bytes": None if unknown else sum(movement.values()),
         "movement_bytes_by_op": dict(sorted(movement.items())),
+        "movement_bytes_in_loops_by_op": dict(sorted(looped.items())),
     }
 
 

@@ -67,6 +67,8 @@ def test_convolution_calls_and_bytes_moved_per_call():
     # it is written into in place); the add fusion is not data movement.
     assert executed["movement_bytes_by_op"] == {"pad": 30 * 8 * 12 * 12 * 2, "dynamic-update-slice": 64 * 4}
     assert executed["movement_bytes"] == sum(executed["movement_bytes_by_op"].values())
+    # Of it, the loop body's: the pads (the update is written outside the loop).
+    assert executed["movement_bytes_in_loops_by_op"] == {"pad": 30 * 8 * 12 * 12 * 2}
 
 
 def test_a_loop_of_unknown_count_is_said_unknown():
@@ -100,3 +102,30 @@ def test_tpu_tuple_results_with_tiled_layouts_are_read():
     )
     program = f"HloModule m\n\nENTRY %main (a: bf16[1,128,18,24,5]) -> bf16[1] {{\n{line}\n}}\n"
     assert hlo.compiled_summary(program)["collectives"] == {"collective-permute": 1}
+
+
+def test_a_dynamic_slice_whose_offset_is_computed_in_its_fusion_is_data_movement():
+    # XLA clamps a dynamic slice's start inside the fusion (scalar compare, add, select):
+    # the fusion still only moves data, 1x8x2x10x10 bf16 here.
+    program = """HloModule m
+
+%fused_dynamic_slice (param_0: bf16[1,8,10,10,10], param_1: s32[]) -> bf16[1,8,2,10,10] {
+  %param_0 = bf16[1,8,10,10,10]{4,3,2,1,0} parameter(0)
+  %param_1 = s32[] parameter(1)
+  %zero = s32[] constant(0)
+  %lt = pred[] compare(s32[] %param_1, s32[] %zero), direction=LT
+  %ten = s32[] constant(10)
+  %wrapped = s32[] add(s32[] %param_1, s32[] %ten)
+  %start = s32[] select(pred[] %lt, s32[] %wrapped, s32[] %param_1)
+  ROOT %ds = bf16[1,8,2,10,10]{4,3,2,1,0} dynamic-slice(bf16[1,8,10,10,10]{4,3,2,1,0} %param_0, s32[] %zero, s32[] %zero, s32[] %start, s32[] %zero, s32[] %zero), dynamic_slice_sizes={1,8,2,10,10}
+}
+
+ENTRY %main (a: bf16[1,8,10,10,10], i: s32[]) -> bf16[1,8,2,10,10] {
+  %a = bf16[1,8,10,10,10]{4,3,2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  ROOT %cut = bf16[1,8,2,10,10]{4,3,2,1,0} fusion(bf16[1,8,10,10,10]{4,3,2,1,0} %a, s32[] %i), kind=kLoop, calls=%fused_dynamic_slice
+}
+"""  # noqa: E501
+    executed = hlo.executed_summary(program)
+    assert executed["movement_bytes_by_op"] == {"dynamic-slice": 8 * 2 * 10 * 10 * 2}
+    assert executed["movement_bytes_in_loops_by_op"] == {}
