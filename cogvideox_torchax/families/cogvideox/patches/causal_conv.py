@@ -63,25 +63,35 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
     scanned decode 2.2x slower on XLA:CPU (2b, (1,16,5,8,8): 46 s vs 22 s).
 
     With ``materialise_padded`` (CUDA and TPU: their convolutions read the
-    input from memory anyway) the barrier is on ``(padded input, cache)`` instead: the norm
-    and SiLU producing the input fuse into the concatenation, so the input
-    is never stored apart from its padded copy, and the cache is a slice of
-    that copy. Compiled for an H200 (2b, (1,16,13,60,90), bf16): 6.44 vs
-    6.74 GiB of temporaries, 13 vs 38 activation-sized copies; on one v6e
-    chip it is part of the TPU plan's 42.19 -> 21.33 GiB (`platforms.run_plan`).
+    input from memory anyway) the barrier is on ``(padded input, cache)``
+    instead, and the cache is a slice of the padded copy; on one v6e chip
+    it is part of the TPU plan's 42.19 -> 21.33 GiB (`platforms.run_plan`).
+
+    With ``cache_from_padded`` as well (CUDA), the padded input goes behind
+    a barrier of its own and the cache is sliced from it after. Sliced
+    before, XLA reads the slice from the input, which then has two
+    readers, and the GPU compiler writes the input (the fused norm and
+    SiLU) and copies it into the padded buffer: 53.6 of the 93.1 GiB of
+    data movement per 2b decode above. With one reader the norm and SiLU
+    write the padded buffer themselves: 39.5 GiB, 5.76 GiB of temporaries
+    (5.80 before), the same 800 cuDNN calls
+    (docs/results/h200-padded-inputs-2026-11-29.md).
     """
 
     materialise_padded: bool = False
+    cache_from_padded: bool = False
 
     def forward(self, inputs: torch.Tensor, conv_cache: torch.Tensor | None = None):
         if not is_torchax(inputs) or self.pad_mode == "replicate":
             return super().forward(inputs, conv_cache)
-        fn = functools.partial(_cache_first, halo=self.time_kernel_size - 1, materialise_padded=self.materialise_padded)
+        fn = functools.partial(_cache_first, halo=self.time_kernel_size - 1, materialise_padded=self.materialise_padded,
+                               cache_from_padded=self.cache_from_padded)
         padded, new_cache = interop.torch_view(fn)(inputs, conv_cache)
         return self.conv(padded), new_cache
 
 
-def _cache_first(x: jax.Array, cache: jax.Array | None, *, halo: int, materialise_padded: bool):
+def _cache_first(x: jax.Array, cache: jax.Array | None, *, halo: int, materialise_padded: bool,
+                 cache_from_padded: bool = False):
     """``(padded input, new cache)`` of upstream's causal conv, the cache taken before the convolution.
 
     Upstream's padding (the cache, or the first frame ``halo`` times) and
@@ -92,6 +102,9 @@ def _cache_first(x: jax.Array, cache: jax.Array | None, *, halo: int, materialis
         head = [cache] if cache is not None else [x[:, :, :1]] * halo
         return jnp.concatenate([*head, x], axis=2)
 
+    if materialise_padded and cache_from_padded:
+        whole = jax.lax.optimization_barrier(padded(x))
+        return jax.lax.optimization_barrier((whole, whole[:, :, -halo:]))
     whole = padded(x)
     new_cache = whole[:, :, -halo:]
     if materialise_padded:
@@ -100,11 +113,15 @@ def _cache_first(x: jax.Array, cache: jax.Array | None, *, halo: int, materialis
     return padded(x), new_cache
 
 
-def apply_cache_first(vae: torch.nn.Module, *, materialise_padded: bool = False) -> int:
+def apply_cache_first(
+    vae: torch.nn.Module, *, materialise_padded: bool = False, cache_from_padded: bool = False
+) -> int:
     """Makes every time-kernel > 1 `CogVideoXCausalConv3d` a `CacheFirstCausalConv3d`.
 
     ``materialise_padded``: the barrier holds the padded input rather than
-    the input (see `CacheFirstCausalConv3d`); set on every such module.
+    the input; ``cache_from_padded``: the cache is sliced from the padded
+    input behind a barrier (see `CacheFirstCausalConv3d`). Set on every
+    such module.
 
     Returns:
         How many modules changed in this call (0 on a second call).
@@ -113,6 +130,7 @@ def apply_cache_first(vae: torch.nn.Module, *, materialise_padded: bool = False)
     for module in vae.modules():
         if isinstance(module, CacheFirstCausalConv3d):
             module.materialise_padded = materialise_padded
+            module.cache_from_padded = cache_from_padded
     return count
 
 
@@ -211,7 +229,8 @@ PATCHES = (
         "Causal convs take their conv cache before convolving, ordered by optimization barriers "
         "(`causal_conv.CacheFirstCausalConv3d`), so chained decoder calls do not keep each call's full-size "
         "activations alive (92 GB instead of ~16 GB at 49 frames 480x720).",
-        lambda m, plan, mesh: apply_cache_first(m, materialise_padded=plan.placement.profile.materialise_padded),
+        lambda m, plan, mesh: apply_cache_first(m, materialise_padded=plan.placement.profile.materialise_padded,
+                                                cache_from_padded=plan.placement.profile.cache_from_padded),
         families=("cogvideox",),
         # Both swap causal convs by exact class: the trimmed ones first.
         after=("trim_conv_cache",),
