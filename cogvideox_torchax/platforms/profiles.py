@@ -62,11 +62,6 @@ class PlatformProfile:
             under width sharding (multiplied by ``tp``).
         materialise_padded: causal convolutions put their padded input
             behind the cache barrier (the convolutions read it whole).
-        cache_from_padded: with ``materialise_padded``, the conv cache is
-            cut from the padded input behind a barrier of its own, so that
-            the fused norm and SiLU write the padded input directly
-            instead of writing the input and copying it (CUDA: measured on
-            the compiled H200 program; TPU not compiled with it).
         block_broadcast: SpatialNorm's scale and shift resized without a
             full-size gather.
         keep_barriers: compiler options that keep the optimization barriers
@@ -83,7 +78,6 @@ class PlatformProfile:
     max_conv_elements: int | None
     split_per_device: bool = False
     materialise_padded: bool = False
-    cache_from_padded: bool = False
     block_broadcast: bool = False
     keep_barriers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     skips: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -116,6 +110,8 @@ _ACCELERATOR_ONLY = {
     "wan_attention_block": _LAYOUTS_MEASURED,
     "wan_norm_input": _TPU_ONLY,
     "wan_video_carry": "measured on CUDA and TPU only (their compilers' memory)",
+    "padded_cache": _CUDA_ONLY,
+    "wan_padded_cache": _CUDA_ONLY,
 }
 
 PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
@@ -133,7 +129,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
         ),
         PlatformProfile(
             "cuda", gpu=True, conv_layout="channels-first", bias="fused", max_conv_elements=MAX_CONV_ELEMENTS,
-            materialise_padded=True, cache_from_padded=True,
+            materialise_padded=True,
             skips={
                 "time_tap_conv": _GPU_NO_TIME_TAPS,
                 "wan_time_taps": _GPU_NO_TIME_TAPS,
@@ -158,6 +154,8 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
                 "time_tap_conv": _GPU_NO_TIME_TAPS,
                 "wan_time_taps": _GPU_NO_TIME_TAPS,
                 "time_chunks": _CUDA_ONLY,
+                "padded_cache": _CUDA_ONLY,
+                "wan_padded_cache": _CUDA_ONLY,
             },
         ),
     )

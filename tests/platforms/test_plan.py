@@ -27,6 +27,7 @@ def test_cpu_fp32_one_device_runs_every_cpu_patch():
     plan = build_plan(ct.RuntimeOptions(), Placement("cpu", "float32"))
     assert plan.steps == _CPU_FP32
     assert dict(plan.skipped) == {
+        "padded_cache": "measured on CUDA only (compiled for an H200)",
         "resample_conv3d": "measured on CUDA and TPU only (their compilers' layouts and memory)",
         "shard_activations": "a one-device mesh has nothing to shard",
         "time_chunks": "measured on CUDA only (compiled for an H200)",

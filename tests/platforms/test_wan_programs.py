@@ -55,6 +55,24 @@ def test_h200_program_runs_every_convolution_ncdhw_with_no_activation_moved(wan_
     assert max(c.elements for c in convs) < 2**31
 
 
+def test_h200_program_writes_each_padded_conv_input_once(wan_bf16):
+    # wan_padded_cache: the norm and SiLU write each causal conv's cache-padded input; without it
+    # they write the input, which the scan's steps then copy behind its cache (here 155136 bytes
+    # of concatenation and 97288 of copies against 53760 and 8; Wan 2.1 480p 138 -> 39 GiB of data
+    # movement per decode, docs/results/h200-padded-inputs-2026-11-29.md).
+    require_compiler("cuda")
+    off = ct.wrap(ct.random_upstream("wan-tiny", seed=0), mesh="dp=1,tp=1",
+                  options=ct.RuntimeOptions(dtype="bfloat16", wan_padded_cache=False))
+    on_loops, off_loops = (
+        hlo.executed_summary(vae.compile_decode(_TINY, target="h200").as_text())["movement_bytes_in_loops_by_op"]
+        for vae in (wan_bf16, off)
+    )
+    joins = {name: loops.get("concatenate", 0) + loops.get("copy", 0) for name, loops in
+             (("on", on_loops), ("off", off_loops))}
+    assert joins["on"] <= joins["off"] / 4, joins
+    assert on_loops.get("copy", 0) < 2 * _smallest_activation()  # no activation copied in a step
+
+
 def test_h200_program_without_the_layout_patches_moves_activations():
     # What the two patches remove, so that the test above cannot pass by accident.
     require_compiler("cuda")

@@ -7,7 +7,15 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.families.wan.patches import attention_block, frame_scan, norm_input, resample, scan_output
+from cogvideox_torchax.families.wan.patches import (
+    attention_block,
+    frame_scan,
+    norm_input,
+    padded_cache,
+    resample,
+    scan_output,
+    tail_chunks,
+)
 from cogvideox_torchax.platforms.build import build_plan
 from cogvideox_torchax.platforms.run_plan import Placement
 from cogvideox_torchax.vae.program_cache import ProgramKey
@@ -34,6 +42,8 @@ def test_each_platform_plans_its_patches(wan_tiny):
     assert LAYOUT <= cuda and "wan_norm_input" not in cuda
     assert LAYOUT | {"wan_norm_input"} <= tpu
     assert not (LAYOUT | {"wan_norm_input"}) & cpu
+    # The padded input written once: measured on the compiled H200 program only.
+    assert "wan_padded_cache" in cuda and "wan_padded_cache" not in tpu | cpu
     forced = ct.RuntimeOptions(dtype="bfloat16", wan_norm_input=True)
     with pytest.raises(ValueError, match="wan_norm_input=True cannot apply on cuda bfloat16 dp=1,tp=1: measured"):
         build_plan(forced, Placement("cuda", "bfloat16"), "wan")
@@ -48,6 +58,19 @@ def test_accelerator_plans_decode_as_upstream_in_fp32(wan_tiny_upstream, wan_tin
     z = seeded_latents(shape, seed=shape[2])
     assert_close(_run(wan_tiny, platform, "decode", z), upstream_decode(wan_tiny_upstream, z), atol=1e-5,
                  label=f"wan-tiny {platform} plan fp32 {shape}")
+
+
+def test_cuda_plan_with_tail_chunks_decodes_as_upstream(wan_tiny_upstream):
+    # wan_padded_cache hands on each cache its convolution cut; the tail's pieces walk the same
+    # caches twice, the second handed the first's cut: each entry must end as the last cut.
+    vae = ct.wrap(wan_tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(wan_tail_chunks=True))
+    assert {"wan_padded_cache", "wan_tail_chunks"} <= set(vae.plan_for("cuda").steps)
+    # In front of the tail's forward (which calls no super()), or it would never collect a cut.
+    order = type(vae.programs.program(ProgramKey("cuda")).module.decoder).__mro__
+    assert order.index(padded_cache.PaddedCacheDecoder) < order.index(tail_chunks.TailChunkedDecoderMixin)
+    z = seeded_latents((1, 16, 5, 5, 3), seed=5)
+    assert_close(_run(vae, "cuda", "decode", z), upstream_decode(wan_tiny_upstream, z), atol=1e-5,
+                 label="wan-tiny cuda plan with tail chunks fp32")
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
@@ -94,7 +117,7 @@ def test_accelerator_plans_encode_as_upstream(wan_tiny_upstream, wan_tiny, wan22
 
 @pytest.mark.parametrize(
     "apply", [resample.apply_resample_conv3d, attention_block.apply_attention_block, norm_input.apply_norm_input,
-              scan_output.apply_video_carry],
+              scan_output.apply_video_carry, padded_cache.apply_padded_cache],
 )
 def test_the_patched_module_runs_eagerly_as_upstream(wan_tiny_upstream, apply):
     patched = copy.deepcopy(wan_tiny_upstream)

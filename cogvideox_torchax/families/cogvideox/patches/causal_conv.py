@@ -67,14 +67,14 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
     instead, and the cache is a slice of the padded copy; on one v6e chip
     it is part of the TPU plan's 42.19 -> 21.33 GiB (`platforms.run_plan`).
 
-    With ``cache_from_padded`` as well (CUDA), the padded input goes behind
-    a barrier of its own and the cache is sliced from it after. Sliced
-    before, XLA reads the slice from the input, which then has two
-    readers, and the GPU compiler writes the input (the fused norm and
-    SiLU) and copies it into the padded buffer: 53.6 of the 93.1 GiB of
+    With ``cache_from_padded`` (`apply_padded_cache`, CUDA) the padded
+    input goes behind a barrier of its own and the cache is sliced from it
+    after. Sliced before, XLA reads the slice from the input, which then
+    has two readers, and the GPU compiler writes the input (the fused norm
+    and SiLU) and copies it into the padded buffer: 53.6 of the 93.1 GiB of
     data movement per 2b decode above. With one reader the norm and SiLU
-    write the padded buffer themselves: 39.5 GiB, 5.76 GiB of temporaries
-    (5.80 before), the same 800 cuDNN calls
+    write the padded buffer themselves: 39.5 GiB, temporaries 5.80 -> 5.76
+    GiB, the same 800 cuDNN calls
     (docs/results/h200-padded-inputs-2026-11-29.md).
     """
 
@@ -102,7 +102,7 @@ def _cache_first(x: jax.Array, cache: jax.Array | None, *, halo: int, materialis
         head = [cache] if cache is not None else [x[:, :, :1]] * halo
         return jnp.concatenate([*head, x], axis=2)
 
-    if materialise_padded and cache_from_padded:
+    if cache_from_padded:
         whole = jax.lax.optimization_barrier(padded(x))
         return jax.lax.optimization_barrier((whole, whole[:, :, -halo:]))
     whole = padded(x)
@@ -113,15 +113,11 @@ def _cache_first(x: jax.Array, cache: jax.Array | None, *, halo: int, materialis
     return padded(x), new_cache
 
 
-def apply_cache_first(
-    vae: torch.nn.Module, *, materialise_padded: bool = False, cache_from_padded: bool = False
-) -> int:
+def apply_cache_first(vae: torch.nn.Module, *, materialise_padded: bool = False) -> int:
     """Makes every time-kernel > 1 `CogVideoXCausalConv3d` a `CacheFirstCausalConv3d`.
 
     ``materialise_padded``: the barrier holds the padded input rather than
-    the input; ``cache_from_padded``: the cache is sliced from the padded
-    input behind a barrier (see `CacheFirstCausalConv3d`). Set on every
-    such module.
+    the input (see `CacheFirstCausalConv3d`); set on every such module.
 
     Returns:
         How many modules changed in this call (0 on a second call).
@@ -130,7 +126,20 @@ def apply_cache_first(
     for module in vae.modules():
         if isinstance(module, CacheFirstCausalConv3d):
             module.materialise_padded = materialise_padded
-            module.cache_from_padded = cache_from_padded
+    return count
+
+
+def apply_padded_cache(vae: torch.nn.Module) -> int:
+    """Makes every `CacheFirstCausalConv3d` cut its cache from its padded input (``cache_from_padded``).
+
+    Returns:
+        How many modules changed in this call (0 on a second call).
+    """
+    count = 0
+    for module in vae.modules():
+        if isinstance(module, CacheFirstCausalConv3d) and not module.cache_from_padded:
+            module.cache_from_padded = True
+            count += 1
     return count
 
 
@@ -229,12 +238,20 @@ PATCHES = (
         "Causal convs take their conv cache before convolving, ordered by optimization barriers "
         "(`causal_conv.CacheFirstCausalConv3d`), so chained decoder calls do not keep each call's full-size "
         "activations alive (92 GB instead of ~16 GB at 49 frames 480x720).",
-        lambda m, plan, mesh: apply_cache_first(m, materialise_padded=plan.placement.profile.materialise_padded,
-                                                cache_from_padded=plan.placement.profile.cache_from_padded),
+        lambda m, plan, mesh: apply_cache_first(m, materialise_padded=plan.placement.profile.materialise_padded),
         families=("cogvideox",),
         # Both swap causal convs by exact class: the trimmed ones first.
         after=("trim_conv_cache",),
         compiler_options=keep_barriers,
+    ),
+    Patch(
+        "padded_cache", "layers",
+        "Causal convs cut their conv cache from their padded input, behind a barrier of its own, so that the "
+        "input has one reader and the norm and SiLU write the padded input once instead of writing the input "
+        "and copying it (`causal_conv.CacheFirstCausalConv3d`). CUDA only.",
+        lambda m, plan, mesh: apply_padded_cache(m),
+        families=("cogvideox",),
+        requires=("cache_first",),
     ),
     Patch(
         "time_tap_conv", "layers",
