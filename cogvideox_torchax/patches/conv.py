@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from cogvideox_torchax.kernels.conv import ConvPolicy, conv
+from cogvideox_torchax.kernels.reflect_pad import reflect_pad
 from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax, swap_classes
 
 
@@ -23,12 +24,17 @@ class FusedBiasConv:
     """
 
     conv_policy: ConvPolicy = ConvPolicy()
+    # Set by `reflect_pad.apply_zero_pad_reflection`.
+    reflect_by_zero_pad: bool = False
 
     def _conv_forward(self, input, weight, bias):
         if not is_torchax(input) or isinstance(self.padding, str):
             return super()._conv_forward(input, weight, bias)
         padding = tuple(self.padding)
-        if self.padding_mode != "zeros":
+        if self.padding_mode == "reflect" and self.reflect_by_zero_pad:
+            input = interop.torch_view(functools.partial(reflect_pad, pads=padding))(input)
+            padding = (0,) * len(padding)
+        elif self.padding_mode != "zeros":
             # As torch's own _conv_forward: the module's padding (LTX-2's
             # reflection) made explicitly, then a convolution that pads nothing.
             input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)

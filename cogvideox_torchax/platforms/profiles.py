@@ -112,6 +112,7 @@ _ACCELERATOR_ONLY = {
     "wan_video_carry": "measured on CUDA and TPU only (their compilers' memory)",
     "padded_cache": _CUDA_ONLY,
     "wan_padded_cache": _CUDA_ONLY,
+    "zero_pad_reflection": _CUDA_ONLY,
 }
 
 PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
@@ -156,6 +157,7 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
                 "time_chunks": _CUDA_ONLY,
                 "padded_cache": _CUDA_ONLY,
                 "wan_padded_cache": _CUDA_ONLY,
+                "zero_pad_reflection": _CUDA_ONLY,
             },
         ),
     )

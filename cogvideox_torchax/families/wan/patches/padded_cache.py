@@ -122,7 +122,7 @@ def apply_padded_cache(vae: AutoencoderKLWan) -> int:
 PATCHES = (
     Patch(
         "wan_padded_cache", "loops",
-        "In the decoder's frame-scan steps, each causal convolution joins its cache behind an optimization "
+        "In every decoder call after the first chunk, each causal convolution joins its cache behind an optimization "
         "barrier and cuts the next cache from the join, which the decoder hands on instead of upstream's "
         "slice of the input: the input has one reader, and the norm and SiLU write the padded input once "
         "(`padded_cache.PaddedCacheCausalConv`). CUDA only.",
