@@ -57,7 +57,7 @@ def test_h200_program_runs_every_convolution_ncdhw_with_no_activation_moved(wan_
 
 def test_h200_program_writes_each_padded_conv_input_once(wan_bf16):
     # wan_padded_cache: the norm and SiLU write each causal conv's cache-padded input; without it
-    # they write the input, which the scan's steps then copy behind its cache (here 155136 bytes
+    # they write the input, which the scan's steps then copy behind its cache (here, jax 0.10.2, 155136 bytes
     # of concatenation and 97288 of copies against 53760 and 8; Wan 2.1 480p 138 -> 39 GiB of data
     # movement per decode, docs/results/h200-padded-inputs-2026-11-29.md).
     require_compiler("cuda")
