@@ -3,7 +3,7 @@
 ``jnp.pad(mode="reflect")`` is lowered one axis at a time, as a
 concatenation of slices, and XLA:GPU writes each concatenation as a copy of
 the whole activation: LTX-2's H200 program copied each convolution's input
-once per padded axis. A zero pad is fused into the fusion that produces
+once per padded axis. A zero pad can be fused into the fusion that produces
 the input, and the reflected borders are then copied in place, a row or
 column at a time (each read from inside the padded array, axis by axis,
 so the corners reflect in both). Same values as ``jnp.pad``.

@@ -4,7 +4,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
 from cogvideox_torchax.kernels.reflect_pad import reflect_pad, reflect_pad_reference
 
 
