@@ -24,7 +24,7 @@ class FusedBiasConv:
     """
 
     conv_policy: ConvPolicy = ConvPolicy()
-    # Set by `reflect_pad.apply_zero_pad_reflection`.
+    # Set by a family's patch (LTX-2's `zero_pad_reflection`): pad by `kernels.reflect_pad`.
     reflect_by_zero_pad: bool = False
 
     def _conv_forward(self, input, weight, bias):

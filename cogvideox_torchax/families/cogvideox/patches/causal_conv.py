@@ -75,10 +75,8 @@ class CacheFirstCausalConv3d(CogVideoXCausalConv3d):
     norm and SiLU write the padded buffer themselves. The first batch's
     padding (its first frame twice) is a zero pad, which XLA fuses into
     the producer where a concatenation reading the input three times was
-    not, with the first frame copied over the zeros in place. 2b at
-    13x60x90 on an H200: 93.1 -> 29.9 GiB of data movement per decode,
-    temporaries 5.80 -> 5.76 GiB, the same 800 cuDNN calls
-    (docs/results/h200-padded-inputs-2026-11-29.md).
+    not, with the first frame copied over the zeros in place (what it
+    saves: docs/results/h200-padded-inputs-2026-11-29.md).
     """
 
     materialise_padded: bool = False

@@ -1,8 +1,9 @@
-"""Reflection-padded convolutions padded by `kernels.reflect_pad` (``zero_pad_reflection``).
+"""LTX-2's reflection-padded convolutions padded by `kernels.reflect_pad` (``zero_pad_reflection``).
 
-torch pads a ``padding_mode="reflect"`` convolution's input first (`FusedBiasConv` does as
-torch does); ``jnp.pad``'s reflection is a concatenation per axis, each a copy of the whole
-input on a GPU. A zero pad with the borders copied in is the same input, written once.
+The released decoder pads height and width by reflection; torch pads the input first (the
+shared `FusedBiasConv` does as torch does), and ``jnp.pad``'s reflection is a concatenation
+per axis, each a copy of the whole input on a GPU. A zero pad with the borders copied in is
+the same input, written once.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ def apply_zero_pad_reflection(vae: torch.nn.Module) -> int:
 PATCHES = (
     Patch(
         "zero_pad_reflection", "ops",
-        "Reflection-padded convolutions (LTX-2's) pad their input as a zero pad with the borders copied in "
+        "Reflection-padded convolutions pad their input as a zero pad with the borders copied in "
         "(`kernels.reflect_pad`), which the compiler fuses into the input's producer, instead of one "
         "concatenation per padded axis, each a copy of the input. CUDA only.",
         lambda m, plan, mesh: apply_zero_pad_reflection(m),
         requires=("conv_bias",),
-        families=("ltx2",),  # the one family with reflection-padded convolutions
+        families=("ltx2",),
     ),
 )
