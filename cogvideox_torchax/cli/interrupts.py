@@ -146,6 +146,7 @@ def leave(code: int, say_signalled: Callable[[KeyboardInterrupt], None]) -> None
     first), and no moment where a signal finds the default handlers.
     ``say_signalled`` prints the one line of a late signal.
     """
+    global _interrupted
     finishing()
     if "jax" in sys.modules:
         with contextlib.suppress(Exception):
@@ -153,17 +154,35 @@ def leave(code: int, say_signalled: Callable[[KeyboardInterrupt], None]) -> None
 
             if distributed.is_initialized():
                 sys.modules["jax"].distributed.shutdown()
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        # A signal must not slip in between the check below and the exit (exit
+        # code 0 with the signal sent, no line): blocked on this thread, it
+        # stays pending and is read here. One that another thread took runs
+        # its handler here at the next check for signals, which CPython makes
+        # as pthread_sigmask returns: the handler only records it (`finishing`).
+        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNAL_CODES)
+    _flush()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, ())  # the last check: handlers of signals that arrived meanwhile
+        pending = [s for s in SIGNAL_CODES if s in signal.sigpending()]
+        if _interrupted is None and pending:
+            _interrupted = pending[0]
     if _interrupted is not None and code not in SIGNAL_CODES.values():
         # After the command had its code (the summary printed, maybe): the
         # exit code still says the signal came, the line what was written.
         code = SIGNAL_CODES[signal.Signals(_interrupted)]
         with contextlib.suppress(Exception):
             say_signalled(_raised(_interrupted))
+        _flush()
+    os._exit(code)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             if stream is not None:
                 stream.flush()
-    os._exit(code)
 
 
 def _imports_whole() -> Callable[[], None]:
