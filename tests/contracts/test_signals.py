@@ -159,9 +159,10 @@ def test_a_signal_during_an_import_is_raised_once_the_import_is_whole(tmp_path):
 
 
 def test_a_signal_as_the_process_leaves_is_its_exit_code_and_line():
-    # The randomised runs above once sent SIGTERM as a finished command left (exit 0, no line): the
-    # signal came between `leave`'s last look and os._exit. Here it comes at that moment by
-    # construction: blocked, then sent, so that only a look at the pending signals can see it.
+    # The randomised runs above once sent SIGTERM as a finished command left (exit 0, no line): either
+    # between `leave`'s last look and os._exit, or in the exit itself (which no process can see). Here
+    # it comes at the first moment by construction: blocked, then sent, so that only a look at the
+    # pending signals can see it.
     code = (
         "import os, signal, sys\n"
         "from cogvideox_torchax.cli import interrupts\n"
