@@ -22,9 +22,9 @@ port, `bench.flax_vae`, is CogVideoX's decoder alone). A kind of step
 makes its command here (`COMMANDS`) and its rows of the page in
 `bench.suite_page` (`ROWS`).
 
-The project must be installed: ``cogvideox_torchax.kernels`` exists only
-then (pyproject.toml maps kernels/ there); from a source tree without it
-the suite says so in one line and exits 2.
+``cogvideox_torchax.kernels`` is the repository's kernels/ (through the link
+``cogvideox_torchax/kernels``, or installed there from a wheel); a package
+folder without it is said in one line, exit 2.
 """
 
 from __future__ import annotations
@@ -147,24 +147,20 @@ def kernels_missing() -> str | None:
     """One line saying why the project's kernels are not importable here, or None where they are.
 
     Looked up without importing the package (nothing of torch or JAX
-    starts in the suite's own process).
+    starts in the suite's own process): its folder must hold ``kernels/``,
+    the link to the repository's kernels/ in a source tree, the folder
+    itself once installed from a wheel.
     """
     spec = importlib.util.find_spec("cogvideox_torchax")
     if spec is None:
         return "error: cogvideox_torchax is not importable: install the project (pip install -e . or its wheel)"
-    locations = list(spec.submodule_search_locations or [])
-    for finder in sys.meta_path:
-        find = getattr(finder, "find_spec", None)
-        try:
-            if find is not None and find("cogvideox_torchax.kernels", locations) is not None:
-                return None
-        except (ImportError, TypeError, ValueError):
-            continue
-    where = locations[0] if locations else spec.origin
+    where = list(spec.submodule_search_locations or [])[0]
+    if (Path(where) / "kernels" / "conv.py").is_file():
+        return None
     return (
-        f"error: {where} is a source tree without cogvideox_torchax.kernels (kernels/ is mapped there only by "
-        "installing): pip install -e . in the project, or install its wheel and run from a folder holding no "
-        "cogvideox_torchax/ (python -m puts the working folder first on the path)"
+        f"error: {where} holds no kernels/ (cogvideox_torchax.kernels: in a source tree, the link "
+        "cogvideox_torchax/kernels -> ../kernels, which a checkout without links loses): check out the "
+        "repository with links, or install its wheel"
     )
 
 
@@ -308,7 +304,7 @@ def project() -> dict[str, Any]:
             editable.add(url["url"].removeprefix("file://"))
     if location is None:
         how = None
-    elif (Path(location) / "kernels").is_dir():  # kernels/ inside the package: installed from a wheel
+    elif not (Path(location) / "kernels").is_symlink():  # kernels/ a folder in the package: from a wheel
         how = "installed"
     elif str(Path(location).parent) in editable:
         how = "editable install"

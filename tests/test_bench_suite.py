@@ -136,17 +136,17 @@ def test_bad_steps_and_systems_are_one_line_and_exit_2(capsys):
     assert len(err) == 2 and "unknown steps ['nope']" in err[0] and "unknown systems ['jax']" in err[1]
 
 
-def test_a_source_tree_without_its_kernels_is_refused(tmp_path):
-    # Without site-packages (-S), the project is its source tree alone: no install maps kernels/.
-    done = subprocess.run(
-        [sys.executable, "-S", "-m", "bench.suite", "--quick", "--out", str(tmp_path / "out")],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 2 and done.stdout == ""
-    (line,) = done.stderr.splitlines()
-    assert line.startswith(f"error: {ROOT / 'cogvideox_torchax'} is a source tree without cogvideox_torchax.kernels")
-    assert "pip install -e ." in line
-    assert not (tmp_path / "out").exists()
+def test_a_package_folder_without_its_kernels_is_refused(tmp_path, monkeypatch, capsys):
+    """The source tree alone has its kernels (the link); a package folder that lost them is one line, exit 2."""
+    assert suite.kernels_missing() is None
+    (tmp_path / "cogvideox_torchax").mkdir()
+    (tmp_path / "cogvideox_torchax" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cogvideox_torchax")
+    line = suite.kernels_missing()
+    assert line.startswith(f"error: {tmp_path / 'cogvideox_torchax'} holds no kernels/"), line
+    assert suite.main(["--quick", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == line and not (tmp_path / "out").exists()
 
 
 def test_a_step_past_its_timeout_is_ended_with_its_children():
