@@ -60,6 +60,43 @@ HEAVY = (
 )
 
 
+# The stack tier: the tests whose outcome can depend on the installed stack
+# (Python, jax and its compilers, torch, diffusers, transformers), not on our
+# code alone. CI runs them on the oldest supported stack (`python -m pytest -m
+# stack`), and the whole default tier on the newest, where drift shows first
+# (docs/testing.md#the-two-stacks). Node ids, parametrized ones by their prefix.
+STACK = (
+    # Every family's decode and encode against upstream at tiny sizes (fp32, and bf16/fp16 by PSNR).
+    "tests/vae/test_parity.py::test_tiny",
+    "tests/vae/test_encode.py::test_tiny_fp32",
+    "tests/families/wan/test_decode.py::test_wan_tiny",
+    "tests/families/wan/test_decode.py::test_wan22_tiny",
+    "tests/families/wan/test_encode.py",
+    "tests/families/ltx2/test_decode.py::test_ltx2_tiny",
+    "tests/families/ltx2/test_decode.py::test_a_timestep_conditioned",
+    "tests/families/ltx2/test_encode.py",
+    # What upstream refuses (torch's own checks, on the meta device), refused alike.
+    "tests/vae/test_as_upstream.py",
+    # The torch shims, torch after wrapping, and the code users run at XLA's default machine code.
+    "tests/test_torch_compat.py",
+    "tests/test_torch_after_wrap.py",
+    "tests/test_suite_processes.py",
+    # The README's commands, from the root and elsewhere, beside whatever the stack installs.
+    "tests/test_readme.py",
+    "tests/test_no_shadowing.py",
+    # The compiled accelerator programs (the GPU and TPU compilers the stack pins).
+    "tests/platforms/test_targets.py",
+    "tests/platforms/test_accelerator_programs.py",
+    "tests/platforms/test_wan_programs.py::test_h200",
+    "tests/platforms/test_wan_programs.py::test_lowered",
+    "tests/platforms/test_newest_targets.py::test_b200",
+    # The command lines' exit contract, and pipelines' latents decoded with no flags.
+    "tests/contracts/test_safety.py",
+    "tests/families/wan/test_commands.py::test_pipeline_latents_decode_with_no_flags",
+    "tests/families/ltx2/test_commands.py::test_pipeline_latents_decode_with_no_flags",
+)
+
+
 # Run alone under pytest-xdist (tests/support/workers.py): each judges a time
 # it measured against another it measured, so another worker's test beside
 # it on a 2-core machine could make it fail. Node ids by prefix. Tests that
@@ -102,6 +139,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.heavy)
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+        if item.nodeid.startswith(STACK) and not item.nodeid.startswith(HEAVY):  # heavy stays in its own tier
+            item.add_marker(pytest.mark.stack)
 
 
 def pytest_xdist_auto_num_workers(config):

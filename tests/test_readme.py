@@ -78,3 +78,21 @@ def test_readme_is_short_and_its_links_exist():
     for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme):
         if "://" not in target:
             assert (ROOT / target).exists(), f"README links to a missing file: {target}"
+
+
+def test_the_tested_sets_the_readme_names_exist_and_ci_installs_the_oldest_from_its_file():
+    """Each constraints file the README names is there; CI installs the oldest stack through the README's own line."""
+    readme = (ROOT / "README.md").read_text()
+    install = readme.split("## Install\n", 1)[1].split("\n## ", 1)[0]
+    pinned = [" ".join(c.split()) for c in re.findall(r"`(pip\s+install\s+-c\s[^`]+)`", install)]
+    assert len(pinned) == 2, pinned
+    ci = [" ".join(ln.split()) for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    for command in pinned:
+        path = ROOT / command.split()[3]
+        assert path.is_file(), command
+        lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+        assert all(re.fullmatch(r"[a-z0-9-]+==[\w.]+", ln) for ln in lines), path
+        assert {"jax", "torch", "diffusers", "torchax"} <= {ln.split("==")[0] for ln in lines}, path
+    assert "pip install -c constraints/python3.11.txt -e \".[test,aot]\"" in pinned
+    assert "pip install -c constraints/python3.11.txt -e \".[test,aot]\"" in ci
+    assert "python .ci/constraints.py check constraints/python3.11.txt" in ci

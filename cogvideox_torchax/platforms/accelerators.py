@@ -207,6 +207,11 @@ def _start_cuda_compiler() -> None:
     from jax._src import xla_bridge
     from jax._src.lib import xla_client
 
+    # The plugins' discovery, run first under the CPU platform: discovered later
+    # (by the topology call) with no platform chosen, the CUDA 13 plugin checks
+    # the CUDA runtime's version, which crashes the process where torch's CUDA
+    # 13 libraries are installed and no driver is (torch 2.15, jax 0.12.1).
+    use_cpu_without_accelerators()
     if xla_client.pjrt_plugin_loaded("cuda"):
         return
     missing = compiler_missing("cuda")
