@@ -7,13 +7,14 @@ is what diffusers' pipeline loader asks of a folder that names our class.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from cogvideox_torchax.io import model_files
-from cogvideox_torchax.io.model_files import WEIGHTS_NAME, with_variant
+from cogvideox_torchax.io.model_files import WEIGHTS_INDEX_NAME, WEIGHTS_NAME, with_variant
 from cogvideox_torchax.io.outputs import atomic_output
 from cogvideox_torchax.parallel import distributed
 from cogvideox_torchax.vae.program_cache import to_host_torch
@@ -36,7 +37,10 @@ def save_pretrained(
     under jax.distributed; only the main process writes), in their own dtype
     unless ``torch_dtype`` says otherwise, to one safetensors file. Each file
     is written beside its name and moved in whole, replacing an earlier save
-    of the same name as upstream's ``save_pretrained`` does.
+    of the same name as upstream's ``save_pretrained`` does. An earlier
+    sharded save's shards are removed first, as upstream removes them, and
+    so is its index, which every loader would read before the one file
+    (`stale_weights`): the folder then loads as what was saved.
 
     Returns:
         The folder.
@@ -63,6 +67,8 @@ def save_pretrained(
     if not (is_main_process and distributed.is_primary()):
         return folder
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in stale_weights(folder, variant):
+        stale.unlink()
     with torch.device("meta"):  # the config's writer, structure only: nothing allocated
         module = upstream.from_config(dict(config))
     with atomic_output(folder / "config.json", overwrite=True) as tmp:
@@ -70,6 +76,32 @@ def save_pretrained(
     with atomic_output(folder / with_variant(WEIGHTS_NAME, variant), overwrite=True) as tmp:
         save_file(tensors, str(tmp), metadata={"format": "pt"})
     return folder
+
+
+# Upstream's shard names: ``<weights name>-00001-of-00002``, before the suffix.
+_SHARD = re.compile(r"(.*?)-\d{5}-of-\d{5}")
+
+
+def stale_weights(folder: Path, variant: str | None = None) -> list[Path]:
+    """The files of an earlier save in ``folder`` that a one-file save of ``variant`` leaves stale.
+
+    Shards by upstream's own rule (`ModelMixin.save_pretrained` removes each
+    regular file named after the weights, ``.safetensors`` or ``.bin``, whose
+    stem ends in ``-NNNNN-of-NNNNN``), and the variant's indexes
+    (safetensors' and pickles'), which upstream leaves but every loader
+    would follow to weights that are no longer there or no longer current.
+    Nothing else: other files, folders and other variants' indexes stay.
+    """
+    stem = with_variant(WEIGHTS_NAME, variant).removesuffix(".safetensors")
+    indexes = {with_variant(name, variant) for name in (WEIGHTS_INDEX_NAME, "diffusion_pytorch_model.bin.index.json")}
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if not entry.is_file():
+            continue
+        bare = entry.name.replace(".bin", "").replace(".safetensors", "")
+        if entry.name in indexes or (entry.name.startswith(stem) and _SHARD.fullmatch(bare)):
+            found.append(entry)
+    return found
 
 
 def read_saved(

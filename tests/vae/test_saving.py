@@ -9,6 +9,7 @@ from diffusers import AutoencoderKLCogVideoX
 from safetensors import safe_open
 
 import cogvideox_torchax as ct
+from cogvideox_torchax.io.model_files import with_variant
 from tests.support.parity import assert_close
 
 
@@ -63,3 +64,31 @@ def test_the_pipeline_loaders_entry_reads_variants_and_refuses_what_it_cannot_do
         ct.TorchaxVAE.from_pretrained(tmp_path / "v", variant="y")
     with pytest.raises(NotImplementedError, match="device_map"):
         ct.TorchaxVAE.from_pretrained(tmp_path / "v", device_map="auto")
+
+
+@pytest.mark.parametrize("variant", [None, "fp16"])
+def test_a_save_over_an_earlier_sharded_save_loads_as_what_was_saved(tiny_upstream, tiny_vae, tmp_path, variant):
+    """Whatever the folder held, it loads as the new save, by upstream and by us; nothing else is removed."""
+    folder = tmp_path / "vae"
+    other = AutoencoderKLCogVideoX.from_config(tiny_upstream.config)
+    torch.manual_seed(1)
+    for p in other.parameters():
+        p.data.normal_()
+    other.save_pretrained(folder, max_shard_size="20KB", variant=variant)  # upstream's shards and index
+    (folder / with_variant("diffusion_pytorch_model.bin.index.json", variant)).write_text("{}")  # a pickle save's
+    (folder / "diffusion_pytorch_model.bin.index.other.json").write_text("{}")  # another variant's: stays
+    (folder / "notes-00001-of-00002.txt").write_text("mine")  # shard-like, not weights
+    (folder / "README.md").write_text("mine")
+    shards = sorted(p.name for p in folder.glob("*-of-*.safetensors"))
+    assert len(shards) > 1
+    tiny_vae.save_pretrained(folder, variant=variant)
+    left = sorted(p.name for p in folder.iterdir())
+    weights = "diffusion_pytorch_model.safetensors" if variant is None else "diffusion_pytorch_model.fp16.safetensors"
+    kept = ["README.md", "diffusion_pytorch_model.bin.index.other.json", "notes-00001-of-00002.txt"]
+    assert left == sorted([*kept, "config.json", weights]), left
+    loaded = AutoencoderKLCogVideoX.from_pretrained(folder, variant=variant).state_dict()
+    for k, v in tiny_upstream.state_dict().items():  # exactly what was saved, not the stale shards
+        assert torch.equal(loaded[k], v), k
+    again = ct.TorchaxVAE.from_pretrained(folder, variant=variant, torch_dtype=torch.float32)
+    z = np.random.default_rng(0).standard_normal((1, 4, 3, 4, 6)).astype(np.float32)
+    assert_close(again.decode(z).sample.numpy(), tiny_vae.decode(z).sample.numpy(), atol=0.0, label="reloaded")
