@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from cogvideox_torchax import families
+from cogvideox_torchax.io import paths
 from cogvideox_torchax.io.latents import LatentsError, check_header
 
 CONFIG_NAME = "config.json"
@@ -89,8 +90,9 @@ def read_config(folder: Path) -> dict[str, Any]:
             architecture cannot use (named).
     """
     path = folder / CONFIG_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ModelLoadError(f"no {CONFIG_NAME} in model folder {str(folder)!r}")
+    _refuse_unless_regular(path)
     try:
         config = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -142,9 +144,25 @@ def with_variant(name: str, variant: str | None) -> str:
     return f"{stem}.{variant}.{suffix}"
 
 
+def _refuse_unless_regular(path: Path) -> None:
+    # Every model file is looked at before it is opened: a FIFO would block
+    # its reader for ever, a folder or a device is no file of weights.
+    problem = paths.not_a_file(path)
+    if problem:
+        raise ModelLoadError(f"{str(path)!r} {problem}")
+
+
 def _weight_files(folder: Path, variant: str | None = None) -> list[Path]:
+    files = _named_weight_files(folder, variant)
+    for f in files:
+        _refuse_unless_regular(f)
+    return files
+
+
+def _named_weight_files(folder: Path, variant: str | None = None) -> list[Path]:
     index = folder / with_variant(WEIGHTS_INDEX_NAME, variant)
-    if index.is_file():
+    if os.path.lexists(index):
+        _refuse_unless_regular(index)
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, RecursionError) as e:
@@ -159,12 +177,12 @@ def _weight_files(folder: Path, variant: str | None = None) -> list[Path]:
             # '..', no links leading out of it.
             if "\0" in name or Path(name).is_absolute() or not f.resolve().is_relative_to(root):
                 raise ModelLoadError(f"{str(index)!r} names a shard outside the model folder: {name!r}")
-            if not f.is_file():
+            if not os.path.lexists(f):
                 raise ModelLoadError(f"{str(index)!r} names a missing shard {name!r}")
             files.append(f)
         return files
     single = folder / with_variant(WEIGHTS_NAME, variant)
-    if single.is_file():
+    if os.path.lexists(single):
         return [single]
     if variant:
         raise ModelLoadError(f"no weights of variant {variant!r} ({single.name} or an index) in {str(folder)!r}")

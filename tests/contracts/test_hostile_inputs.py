@@ -60,6 +60,15 @@ def _socket(path: Path) -> None:
         s.bind(str(path))  # the socket's entry stays after it closes
 
 
+def _socket_at(path: Path) -> None:
+    """A socket's entry at ``path``, however long (a socket's own address is at most 107 bytes): made short, moved."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:
+        _socket(Path(short) / "s")
+        os.replace(Path(short) / "s", path)
+
+
 def _unprivileged(path: Path) -> list[str]:
     """A command prefix under which ``path`` (mode 000) cannot be read, as root too; skips where none exists."""
     prefix = []
@@ -156,6 +165,57 @@ def test_a_video_that_cannot_be_read_is_refused_without_waiting(tmp_path, kind):
     said = "is not a regular file" if kind == "fifo" else "Permission denied"
     assert said in proc.stderr and str(path) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert _names(tmp_path) == [b"clip.mp4"]
+
+
+def _model_folder(folder: Path, sharded: bool) -> Path:
+    import cogvideox_torchax as ct
+
+    ct.random_upstream("tiny").save_pretrained(folder, max_shard_size="20KB" if sharded else "10GB")
+    return folder
+
+
+# Each file the loader would open, by how it is found: named, by the index, the one found by its suffix.
+_MODEL_ENTRIES = {
+    "config": (False, lambda f: f / "config.json"),
+    "weights": (False, lambda f: f / "diffusion_pytorch_model.safetensors"),
+    "index": (True, lambda f: f / "diffusion_pytorch_model.safetensors.index.json"),
+    "shard": (True, lambda f: sorted(f.glob("*-00001-of-*.safetensors"))[0]),
+    "found-by-suffix": (False, lambda f: (f / "diffusion_pytorch_model.safetensors").rename(f / "w.safetensors")
+                        or f / "w.safetensors"),
+}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "folder", "dangling"])
+@pytest.mark.parametrize("entry", list(_MODEL_ENTRIES))
+def test_a_model_file_that_is_no_regular_file_is_refused_before_it_is_opened(tmp_path, capsys, entry, kind):
+    """Exit 2 naming the entry, nothing written; a FIFO is never opened (its reader would wait for ever)."""
+    import signal
+
+    sharded, locate = _MODEL_ENTRIES[entry]
+    path = locate(_model_folder(tmp_path / "model", sharded))
+    path.unlink()
+    {"fifo": lambda: os.mkfifo(path), "socket": lambda: _socket_at(path), "folder": lambda: path.mkdir(),
+     "dangling": lambda: path.symlink_to(path.parent / "gone")}[kind]()
+    latents = tmp_path / "z.safetensors"
+    save_file({"latents": _z()}, latents)
+
+    def waited(*_):
+        raise TimeoutError(f"the loader opened the {kind} {path} and waited on it")
+
+    previous = signal.signal(signal.SIGALRM, waited)
+    signal.alarm(60)
+    try:
+        code = decode([str(latents), "--model", str(tmp_path / "model"), "--mesh", "dp=1,tp=1", "--no-compile-cache",
+                       "--output", str(tmp_path / "v.npy")])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    said = {"fifo": "not a regular file", "socket": "not a regular file", "folder": "is a folder",
+            "dangling": "leads nowhere"}[kind]
+    assert str(path) in err and said in err and "Traceback" not in err, err
+    assert _names(tmp_path) == [b"model", b"z.safetensors"]  # nothing staged is left
 
 
 # -- 2. output names of NAME_MAX bytes ------------------------------------------
