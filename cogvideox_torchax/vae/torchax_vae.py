@@ -32,7 +32,7 @@ from cogvideox_torchax.memory.planner import Planner
 from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import sharding
 from cogvideox_torchax.platforms.run_plan import RunPlan
-from cogvideox_torchax.vae import calls, saving, stream
+from cogvideox_torchax.vae import as_upstream, calls, saving, stream
 from cogvideox_torchax.vae.ahead_of_time import AheadOfTime
 from cogvideox_torchax.vae.program_cache import ProgramCache, ProgramKey, to_host_torch, to_numpy
 from cogvideox_torchax.vae.stream import VideoChunk
@@ -270,6 +270,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         or one per video, 0 when left out, as ``LTX2Pipeline`` passes it).
         """
         self.check_latents(tuple(z.shape))
+        as_upstream.check(self, "decode", z, inputs)
         return calls.run(self, "decode", z, calls.decode_inputs(self, z.shape[0], inputs))
 
     def decode_frames_jax(self, z: torch.Tensor | np.ndarray | jax.Array, **inputs: Any) -> tuple[jax.Array, jax.Array]:
@@ -281,6 +282,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         or Inf (``finite`` False) has garbage frames. ``inputs`` as `decode_jax`.
         """
         self.check_latents(tuple(z.shape))
+        as_upstream.check(self, "decode", z, inputs)
         return calls.run(self, "frames", z, calls.decode_inputs(self, z.shape[0], inputs))
 
     def decode_stream(
@@ -301,6 +303,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
                 the message says why).
         """
         self.check_latents(tuple(z.shape))
+        as_upstream.check(self, "decode", z, inputs)
         values = calls.decode_inputs(self, z.shape[0], inputs)
         programs = calls.planner_of(self).programs
         arr = np.asarray(to_numpy(z, np.dtype(programs.options.jax_dtype)))
@@ -332,6 +335,7 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         returns them. With slicing enabled, one batch element at a time.
         """
         self.check_video(tuple(x.shape))
+        as_upstream.check(self, "encode", x)
         return calls.run(self, "encode", x)
 
     @family_signature
