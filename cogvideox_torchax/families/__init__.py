@@ -1,14 +1,15 @@
 """The model families the runtime serves, one `Family` record each, and how a module or config is told apart.
 
 A family is detected from the upstream module's class or from a config's
-``_class_name`` (a config without one is CogVideoX's, as configs saved
-before the second family were). Adding a family is a folder (its record,
+``_class_name``; a config without one by its keys (`of_config`: those saved
+before the second family are CogVideoX's). Adding a family is a folder (its record,
 presets, config check, frame rules and patches) and one entry in
 `FAMILIES`; docs/adding-a-family.md says what it takes.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -66,12 +67,40 @@ def of_module(module: Any) -> Family:
     raise UnsupportedModelError(f"{type(module).__name__!r}, not an {supported()} (the models this runtime runs)")
 
 
+def _arguments(family: Family) -> set[str]:
+    return set(inspect.signature(family.upstream.__init__).parameters) - {"self"}
+
+
 def of_config(config: Mapping[str, Any]) -> Family:
-    """The family a diffusers config describes (its ``_class_name``; none: the default family)."""
+    """The family a diffusers config describes: its ``_class_name``, or where it has none, its keys.
+
+    Without ``_class_name``, the family whose upstream constructor takes
+    every key of the config (those not starting with ``_``); where several
+    do, the default family if it is one of them (configs saved before the
+    second family named no class).
+
+    Raises:
+        UnsupportedModelError: a class this runtime does not run, or keys
+            that no family, or more than one but not the default, takes:
+            the message names the keys looked at.
+    """
     name = config.get("_class_name") if isinstance(config, Mapping) else None
     if name is not None and not isinstance(name, str):
         raise UnsupportedModelError(f"'_class_name' {name!r}, not an {supported()} (the models this runtime runs)")
-    return of_class_name(name)
+    if name is not None or not isinstance(config, Mapping):
+        return of_class_name(name)
+    keys = sorted(k for k in config if isinstance(k, str) and not k.startswith("_"))
+    fits = [f for f in FAMILIES.values() if set(keys) <= _arguments(f)]
+    if len(fits) == 1 or DEFAULT in fits:
+        return fits[0] if len(fits) == 1 else DEFAULT
+    if fits:
+        told = f"{' and '.join(f.class_name for f in fits)} all take them"
+    else:
+        told = "; ".join(f"{f.class_name} does not take {sorted(set(keys) - _arguments(f))}" for f in FAMILIES.values())
+    raise UnsupportedModelError(
+        f"config with no '_class_name' whose keys do not tell its model (looked at {keys}: {told}); "
+        f"add '_class_name' ({supported()})"
+    )
 
 
 def preset_names() -> dict[str, str]:

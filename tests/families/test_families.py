@@ -108,3 +108,17 @@ def test_enable_tiling_shows_its_own_familys_arguments():
     assert names(ct.TorchaxVAE.enable_tiling) == names(AutoencoderKLCogVideoX.enable_tiling)
     vae.enable_tiling(64, 64, 48, 48)  # positionally, as upstream allows
     assert (vae.module.tile_sample_stride_height, vae.module.tile_sample_stride_width) == (48, 48)
+
+
+def test_a_config_without_its_class_name_is_told_by_its_keys_or_says_which_keys_were_looked_at(tmp_path):
+    for preset in families.preset_names():
+        config = preset_config(preset)
+        family = families.of_config(config)
+        config.pop("_class_name", None)
+        assert families.of_config(config) is family, preset
+    assert families.of_config({}) is families.DEFAULT  # saved before the second family: CogVideoX's
+    (tmp_path / "config.json").write_text('{"latent_channels": 4, "not_a_key": 1, "_diffusers_version": "0.42.1"}')
+    with pytest.raises(ct.ModelLoadError) as e:
+        model_files.read_config(tmp_path)
+    assert "no '_class_name'" in str(e.value) and "looked at ['latent_channels', 'not_a_key']" in str(e.value)
+    assert "AutoencoderKLWan does not take ['latent_channels', 'not_a_key']" in str(e.value)
