@@ -121,6 +121,9 @@ def check_header(path: str | os.PathLike) -> dict[str, str]:
     def bad(what: str) -> LatentsError:
         return LatentsError(f"{str(path)!r} is not a readable safetensors file (malformed header): {what}")
 
+    problem = paths.not_a_file(path)  # looked at before it is opened: a FIFO would block the read
+    if problem:
+        raise LatentsError(f"{str(path)!r} {problem}")
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cogvideox_torchax.io import paths
+
 
 def to_uint8(video: np.ndarray) -> np.ndarray:
     """Decoder output → frames as diffusers' video processor makes them.
@@ -194,9 +196,16 @@ def _fraction(fps: float):
 
 
 def read_mp4(path: str | os.PathLike) -> tuple[np.ndarray, float]:
-    """Decodes an mp4 back to ``(F, H, W, 3)`` uint8 frames and its frame rate."""
+    """Decodes an mp4 back to ``(F, H, W, 3)`` uint8 frames and its frame rate.
+
+    Raises:
+        ValueError: ``path`` is no regular file (looked at before it is opened: a FIFO would block).
+    """
     import av
 
+    problem = paths.not_a_file(path)
+    if problem:
+        raise ValueError(f"{str(path)!r} {problem}")
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(stream)])

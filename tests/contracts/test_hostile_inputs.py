@@ -218,6 +218,31 @@ def test_a_model_file_that_is_no_regular_file_is_refused_before_it_is_opened(tmp
     assert _names(tmp_path) == [b"model", b"z.safetensors"]  # nothing staged is left
 
 
+def test_every_reader_looks_before_it_opens(tmp_path):
+    """The readers under the commands, called alone: a FIFO is refused at once, never opened."""
+    from cogvideox_torchax.io import latents, model_files
+
+    import signal
+
+    fifo = tmp_path / "x.safetensors"
+    os.mkfifo(fifo)
+    readers = [lambda: video.read_mp4(fifo), lambda: latents.check_header(fifo), lambda: latents.read_latents(fifo),
+               lambda: model_files.read_state_dict(tmp_path)]
+
+    def waited(*_):
+        raise TimeoutError("a reader opened the FIFO and waited on it")
+
+    previous = signal.signal(signal.SIGALRM, waited)
+    try:
+        for read in readers:
+            signal.alarm(30)
+            with pytest.raises(ValueError, match="not a regular file"):
+                read()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 # -- 2. output names of NAME_MAX bytes ------------------------------------------
 
 
