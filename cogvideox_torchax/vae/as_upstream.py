@@ -105,8 +105,10 @@ def check(vae: Any, kind: str, x: Any, inputs: Mapping[str, Any] | None = None) 
         return
     for name, value in settings.items():
         setattr(module, name, value)
-    names = vae.family.decode_inputs(vae.config) if kind == "decode" else ()
-    defaults = dict(zip(names, vae.family.decode_input_values(vae.config, x.shape[0], {}), strict=True))
+    defaults = {}
+    if kind == "decode":
+        names = vae.family.decode_inputs(vae.config)
+        defaults = dict(zip(names, vae.family.decode_input_values(vae.config, x.shape[0], {}), strict=True))
     args = {k: _meta_value(torch.tensor(defaults[k]) if v is None and k in defaults else v)
             for k, v in inputs.items()}
     args.update({k: _meta_value(torch.tensor(v)) for k, v in defaults.items() if k not in inputs})
