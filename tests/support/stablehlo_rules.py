@@ -33,6 +33,12 @@ _PASS_THROUGH = {
     "stablehlo.exponential",
     "stablehlo.maximum",
     "stablehlo.minimum",
+    # jax 0.12.1's sigmoid: exp(-|x|) chosen by the sign of x, all elementwise
+    # (jax 0.12.0 lowered it to one stablehlo.logistic). The comparison's
+    # predicate is no f32 value; the select it feeds is checked as its own.
+    "stablehlo.abs",
+    "stablehlo.compare",
+    "stablehlo.select",
     "stablehlo.rsqrt",
     "stablehlo.sqrt",
     # The nearest resize of SpatialNorm's fp32 scale and shift (computed at
@@ -99,5 +105,7 @@ def fp32_escapes(stablehlo: str, min_elements: int) -> list[str]:
                         continue  # still full-size f32: checked as its own value
                     if user_op == "stablehlo.convert" and all(t != "f32" for _, t in _result_types(user_line)):
                         continue  # rounded back to a narrower type
+                    if user_op == "stablehlo.compare":
+                        continue  # a predicate for a select of the same elementwise chain
                 escapes.append(user_line)
     return escapes
