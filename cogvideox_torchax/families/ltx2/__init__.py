@@ -75,9 +75,12 @@ class LTX2Video(Family):
         return config_check.temporal_scale(config)
 
     def frames_read(self, config: Any, frames: int) -> int:
-        # Upstream's encoder folds pairs of frames after repeating the first:
-        # only 8k + 1 frames fit it (others fail in upstream's reshape).
-        return self.round_trip_frames(config, frames)
+        # Upstream's encoder folds pairs of frames after repeating the first,
+        # at each block that compresses time: only step k + 1 frames fit it
+        # (others fail in upstream's reshape), its own step, which a config
+        # may give otherwise than its decoder's.
+        step = config_check.encoder_scales(config)[1]
+        return (frames - 1) // step * step + 1
 
     def frame_rule(self, config: Any) -> str:
         return f"{self.frame_step(config)}k+1"

@@ -1,0 +1,109 @@
+"""LTX-2 configs around the edges of what upstream's constructor takes: run as upstream runs them, or refused where it fails.
+
+diffusers' own tiny configs (its model tests' and its pipeline tests') and
+configs drawn around them (tuple lengths, one-block coders, ratios given or
+left out, patch sizes, timestep conditioning, causal coders, upsampling
+factors and residuals, padding modes): each decodes and encodes within
+1e-4 of upstream in fp32, or fails where upstream fails, with its error
+type. Tiny sizes on the CPU.
+"""
+
+import random
+import warnings
+
+import pytest
+import torch
+from diffusers import AutoencoderKLLTX2Video
+
+import cogvideox_torchax as ct
+from cogvideox_torchax.io import model_files
+from tests.support.parity import assert_close
+
+# diffusers' model tests (tests/models/autoencoders/test_models_autoencoder_ltx2_video.py): no ratios given.
+MODEL_TESTS = dict(
+    in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+    decoder_block_out_channels=(16, 32, 64), layers_per_block=(1, 1, 1, 1, 1), decoder_layers_per_block=(1, 1, 1, 1),
+    spatio_temporal_scaling=(True, True, True, True), decoder_spatio_temporal_scaling=(True, True, True),
+    decoder_inject_noise=(False, False, False, False),
+    downsample_type=("spatial", "temporal", "spatiotemporal", "spatiotemporal"), upsample_residual=(True, True, True),
+    upsample_factor=(2, 2, 2), timestep_conditioning=False, patch_size=1, patch_size_t=1, encoder_causal=True,
+    decoder_causal=False, encoder_spatial_padding_mode="zeros", decoder_spatial_padding_mode="zeros",
+)
+# diffusers' pipeline tests (tests/pipelines/ltx2/test_ltx2.py): one block, an encoder that keeps time, a
+# decoder that doubles it (its default upsample_type), one entry of layers_per_block.
+PIPELINE_TESTS = dict(
+    in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8,), decoder_block_out_channels=(8,),
+    layers_per_block=(1,), decoder_layers_per_block=(1, 1), spatio_temporal_scaling=(True,),
+    decoder_spatio_temporal_scaling=(True,), decoder_inject_noise=(False, False), downsample_type=("spatial",),
+    upsample_residual=(False,), upsample_factor=(1,), timestep_conditioning=False, patch_size=1, patch_size_t=1,
+    encoder_causal=True, decoder_causal=False,
+)
+
+
+def _drawn(seed: int) -> dict:
+    """A config around the edges: lengths, kinds, factors and switches drawn from what upstream's constructor reads."""
+    rng = random.Random(seed)
+    n, m = rng.choice([1, 2, 3]), rng.choice([1, 2, 3])
+    width = rng.choice([8, 16])
+    config = dict(
+        in_channels=3, out_channels=3, latent_channels=rng.choice([4, 8]),
+        block_out_channels=tuple([width] * n), layers_per_block=tuple([1] * (n + rng.choice([0, 1]))),
+        spatio_temporal_scaling=rng.choice([True, tuple(rng.choice([True, False]) for _ in range(n))]),
+        downsample_type=tuple(rng.choice(["spatial", "temporal", "spatiotemporal", "conv"]) for _ in range(n)),
+        decoder_block_out_channels=tuple([width * 2] * m), decoder_layers_per_block=tuple([1] * (m + 1)),
+        decoder_spatio_temporal_scaling=tuple(rng.choice([True, False]) for _ in range(m)),
+        upsample_type=tuple(rng.choice(["spatial", "temporal", "spatiotemporal"]) for _ in range(m)),
+        upsample_factor=tuple(rng.choice([1, 2]) for _ in range(m)),
+        upsample_residual=rng.choice([False, tuple(rng.choice([True, False]) for _ in range(m))]),
+        decoder_inject_noise=False, timestep_conditioning=rng.choice([False, True]),
+        patch_size=rng.choice([1, 2]), patch_size_t=1, encoder_causal=rng.choice([True, False]),
+        decoder_causal=rng.choice([True, False]),
+        decoder_spatial_padding_mode=rng.choice(["reflect", "zeros"]),
+    )
+    if rng.random() < 0.5:
+        config["spatial_compression_ratio"] = rng.choice([4, 8, 16])
+        config["temporal_compression_ratio"] = rng.choice([1, 2, 4, 8])
+    return config
+
+
+def _outcome(call):
+    try:
+        out = call()
+    except Exception as e:  # noqa: BLE001  (what upstream raises is the expectation)
+        return e
+    return out.sample if hasattr(out, "sample") else out.latent_dist.mean
+
+
+CASES = {"model-tests": MODEL_TESTS, "pipeline-tests": PIPELINE_TESTS, **{f"drawn-{s}": _drawn(s) for s in range(10)}}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_config_upstream_builds_runs_as_upstream_runs_it_or_fails_where_it_fails(name):
+    config = CASES[name]
+    torch.manual_seed(0)
+    try:
+        upstream = AutoencoderKLLTX2Video(**config).eval()
+    except Exception as e:  # noqa: BLE001  (upstream's constructor refuses it: so does our loader)
+        with pytest.raises(ct.ModelLoadError, match="does not build"):
+            model_files.check_config({"_class_name": "AutoencoderKLLTX2Video", **config})
+        pytest.skip(f"upstream's constructor refuses it ({type(e).__name__}), and so does ours")
+    upstream.use_framewise_encoding = upstream.use_framewise_decoding = False  # as diffusers' pipeline tests set it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ratios that disagree with the architecture: upstream's quirk, warned
+        ours = ct.wrap(upstream, mesh="dp=1,tp=1")
+    assert (ours.spatial_compression_ratio, ours.temporal_compression_ratio) == (
+        upstream.spatial_compression_ratio, upstream.temporal_compression_ratio)
+    z = torch.randn(1, config["latent_channels"], 2, 3, 3, generator=torch.Generator().manual_seed(1))
+    x = torch.rand(1, 3, 9, 16, 16, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    temb = torch.tensor([0.05]) if config["timestep_conditioning"] else None  # as LTX2Pipeline passes it
+    for what, upstream_call, our_call in (("decode", lambda: upstream.decode(z, temb), lambda: ours.decode(z, temb)),
+                                          ("encode", lambda: upstream.encode(x), lambda: ours.encode(x))):
+        with torch.no_grad():
+            expected = _outcome(upstream_call)
+        got = _outcome(our_call)
+        if isinstance(expected, Exception):
+            kind = RuntimeError if isinstance(expected, RuntimeError) else type(expected)
+            assert isinstance(got, kind), (name, what, expected, got)
+        else:
+            assert not isinstance(got, Exception), (name, what, got)
+            assert_close(got, expected, atol=1e-4, label=f"{name} {what}")  # fp32, as every parity test
