@@ -18,6 +18,9 @@ from cogvideox_torchax.families.base import Family
 from cogvideox_torchax.families.cogvideox import config_check, tiling
 from cogvideox_torchax.families.cogvideox.presets import PRESETS
 
+# Upstream's num_latent_frames_batch_size: the latent frames its decode loop takes at a time.
+_BATCH = 2
+
 
 class CogVideoX(Family):
     """`AutoencoderKLCogVideoX` (CogVideoX 1.0 and 1.5)."""
@@ -47,21 +50,26 @@ class CogVideoX(Family):
         return 2 ** (len(config["block_out_channels"]) - 1)
 
     def frames_of(self, config: Any, latent_frames: int) -> int:
-        # Upstream's decoder turns 1 latent frame into 1, each later pair into 8,
-        # and a leading odd batch of 3 into 9: 1 -> 1, even T -> 4T, odd T -> 4T-3.
-        if latent_frames == 1:
-            return 1
-        return 4 * latent_frames if latent_frames % 2 == 0 else 4 * latent_frames - 3
+        # Upstream decodes latent frames two at a time (an odd remainder joins
+        # the first batch); each time-doubling resampler turns a batch of t
+        # frames into 2 t (t even), 1 + 2 (t - 1) (t odd, the first kept) or
+        # 1 (t = 1). At the released two levels: 1 -> 1, even T -> 4T, odd -> 4T-3.
+        levels = config_check.time_levels(config)
+        first = latent_frames if latent_frames < _BATCH else _BATCH + latent_frames % _BATCH
+        batches = [first] + [_BATCH] * ((latent_frames - first) // _BATCH)
+        return sum(1 if t == 1 else (t - 1) * 2**levels + 1 if t % 2 else t * 2**levels for t in batches)
 
     def frame_step(self, config: Any) -> int:
-        # Batches of 8 frames after a first of 9: 8k + 1 frames round-trip.
-        return 8
+        # A batch of two latent frames is 2 x 2^levels video frames after a
+        # first of one more: those counts round-trip (8k + 1 at two levels).
+        levels = config_check.time_levels(config)
+        return _BATCH * 2**levels if levels else 1
 
     def frames_read(self, config: Any, frames: int) -> int:
         return frames  # the remainder joins the first batch
 
     def frame_rule(self, config: Any) -> str:
-        return "8k+1"
+        return f"{self.frame_step(config)}k+1"
 
     def stream_batches(self, module: Any, latent_frames: int) -> list[tuple[int, int]]:
         per_batch = module.num_latent_frames_batch_size

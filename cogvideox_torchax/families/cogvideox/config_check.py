@@ -25,6 +25,17 @@ def defaults() -> dict[str, Any]:
     return {k: v.default for k, v in params.items() if k != "self"}
 
 
+def time_levels(config: Mapping[str, Any]) -> int:
+    """How many resamplers halve (encoder) or double (decoder) time, as upstream's constructors count them.
+
+    ``int(log2(temporal_compression_ratio))`` of the first resamplers, of
+    which there are one fewer than blocks: 2 for every released config
+    (ratio 4), whose latent frames then decode to 1, 4 T or 4 T - 3 frames.
+    """
+    merged = {**defaults(), **config}
+    return max(0, min(int(math.log2(float(merged["temporal_compression_ratio"]))), len(merged["block_out_channels"]) - 1))
+
+
 def check_config(config: Mapping[str, Any], source: str = "config") -> None:
     """Checks every value the architecture needs, before anything is built.
 
@@ -54,11 +65,12 @@ def check_config(config: Mapping[str, Any], source: str = "config") -> None:
         check.require(key, isinstance(types, (list, tuple)) and len(types) == len(blocks)
                       and all(t == name for t in types),
                       f"a list of {len(blocks)} {name!r} (one per block_out_channels entry)")
+    # Upstream compresses time at its first int(log2(ratio)) resamplers (of
+    # one fewer than its blocks): any positive ratio is taken, as upstream
+    # takes it (`time_levels`); at 0 or below its constructor's log2 fails.
     ratio = merged["temporal_compression_ratio"]
-    top = 2 ** (len(blocks) - 1)
-    powers = {float(2**k) for k in range(len(blocks))}
-    check.require("temporal_compression_ratio", finite(ratio) and float(ratio) in powers,
-                  f"a power of two from 1 to {top}")
+    check.require("temporal_compression_ratio", finite(ratio) and float(ratio) > 0,
+                  "a number above 0 (upstream compresses time at its first int(log2(ratio)) resamplers)")
     for key in ("scaling_factor", "norm_eps"):
         v = merged[key]
         # The latents are divided by the scaling factor: its inverse must be finite too.
