@@ -97,6 +97,8 @@ class Wan(Family):
         # Upstream's tiles step by 3/4 of their size (256 pixels, stride 192):
         # tiles of t latents stepping by s = 3t/4 rounded, blended over t - s.
         ratio = module.spatial_compression_ratio
+        if not isinstance(ratio, int):  # scale_factor_spatial null: upstream's tiling would divide by None
+            return []
         found, seen = [], set()
         for k in counts:
             tile = tuple(max(4, -(-n // k)) for n in latent_hw)

@@ -15,16 +15,18 @@ import jax
 import torch
 from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
 
-from cogvideox_torchax.families.wan.config_check import TEMPORAL_SCALE
+from cogvideox_torchax.families.wan.config_check import TEMPORAL_SCALE, temporal_scale
 from cogvideox_torchax.patches.base import Patch, add_mixin, torchax
 
 
-def decode_into_video(step, z: torch.Tensor) -> torch.Tensor:
+def decode_into_video(step, z: torch.Tensor, per_frame: int = TEMPORAL_SCALE) -> torch.Tensor:
     """Upstream's per-latent-frame loop over ``z`` ``(B, C, T, H, W)``, the frames after the first as one scan.
 
     ``step(z_frame, cache) -> (frames, cache)`` gets None as the first
-    frame's cache. The video is allocated once, the first frame's output
-    written in, and each scan step writes its frames after it.
+    frame's cache and gives ``per_frame`` frames for each later latent frame
+    (`config_check.temporal_scale`: 4 for every released Wan). The video is
+    allocated once, the first frame's output written in, and each scan step
+    writes its frames after it.
     """
     env = torchax.default_env()
     num_frames = z.shape[2]
@@ -36,7 +38,7 @@ def decode_into_video(step, z: torch.Tensor) -> torch.Tensor:
     # As in `patches.scan.scan_frames`: the first frame finished before the loop starts.
     first_j, cache_j = jax.lax.optimization_barrier((first_j, cache_j))
     b, c, _, h, w = first_j.shape
-    total = 1 + TEMPORAL_SCALE * (num_frames - 1)
+    total = 1 + per_frame * (num_frames - 1)
     video = jax.lax.dynamic_update_slice_in_dim(
         jax.numpy.zeros((b, c, total, h, w), first_j.dtype), first_j, 0, axis=2)
     latents = env.t2j_iso(z)
@@ -46,8 +48,8 @@ def decode_into_video(step, z: torch.Tensor) -> torch.Tensor:
         z_t = jax.lax.dynamic_slice_in_dim(latents, i, 1, axis=2)
         out, new_cache = step(*env.j2t_iso((z_t, cache)))
         out = env.t2j_iso(out)
-        _check_frames(out.shape[2], TEMPORAL_SCALE, "each later latent frame")
-        video = jax.lax.dynamic_update_slice_in_dim(video, out, 1 + (i - 1) * TEMPORAL_SCALE, axis=2)
+        _check_frames(out.shape[2], per_frame, "each later latent frame")
+        video = jax.lax.dynamic_update_slice_in_dim(video, out, 1 + (i - 1) * per_frame, axis=2)
         return video, env.t2j_iso(new_cache)
 
     video, _ = jax.lax.fori_loop(1, num_frames, body, (video, cache_j))
@@ -64,7 +66,7 @@ class VideoCarryMixin:
     """Overrides `WanFrameScanMixin.decode_frames` (whole and tiled decodes): one loop carrying the video."""
 
     def decode_frames(self, z: torch.Tensor, *, finish: bool) -> torch.Tensor:
-        return decode_into_video(self.frame_step(finish=finish), z)
+        return decode_into_video(self.frame_step(finish=finish), z, temporal_scale(self.config))
 
 
 def apply_video_carry(vae: AutoencoderKLWan) -> int:
@@ -87,7 +89,7 @@ def apply_video_carry(vae: AutoencoderKLWan) -> int:
 PATCHES = (
     Patch(
         "wan_video_carry", "loops",
-        "The scanned decode carries the whole video and writes each latent frame's 4 frames into it in place, "
+        "The scanned decode carries the whole video and writes each latent frame's frames into it in place, "
         "instead of stacking the steps' outputs and joining them after the loop (one video's worth less memory).",
         lambda m, plan, mesh: apply_video_carry(m),
         families=("wan",),
