@@ -48,3 +48,19 @@ class Checker:
     def require(self, key: str, ok: bool, must: str) -> None:
         if not ok:
             raise self.bad(key, must)
+
+
+def check_builds(upstream: type, merged: Mapping[str, Any], source: str) -> None:
+    """Refuses what upstream's constructor refuses: it is the judge of a config's structure.
+
+    Built on the meta device (shapes only, no memory); its error, whatever
+    its type, becomes a `ConfigError` quoting it.
+    """
+    import torch
+
+    try:
+        with torch.device("meta"):
+            upstream.from_config({k: v for k, v in merged.items() if not k.startswith("_")})
+    except Exception as e:  # noqa: BLE001  (whatever upstream's constructor raises is its refusal)
+        raise ConfigError(f"{source}: upstream's {upstream.__name__} does not build from it: "
+                          f"{type(e).__name__}: {' '.join(str(e).split())}") from e

@@ -39,3 +39,16 @@ def assert_as_upstream(upstream_call: Callable[[], Any], our_call: Callable[[], 
         assert 0 not in got.shape, (label, got.shape)
         assert_close(got, expected, atol=atol, label=label)
     return expected
+
+
+def assert_codes_as_upstream(upstream: Any, ours: Any, z: Any, x: Any, label: str, *decode_args: Any) -> None:
+    """A decode of ``z`` (with upstream's further arguments) and an encode of ``x``, each as upstream's.
+
+    Where upstream decodes, the frame count is the family's rule too
+    (`Family.frames_of`: what the commands and the planner count by).
+    """
+    decoded = assert_as_upstream(lambda: upstream.decode(z, *decode_args), lambda: ours.decode(z, *decode_args),
+                                 f"{label} decode")
+    if not isinstance(decoded, Exception):
+        assert decoded.shape[2] == ours.family.frames_of(ours.config, z.shape[2]), (label, decoded.shape)
+    assert_as_upstream(lambda: upstream.encode(x), lambda: ours.encode(x), f"{label} encode")

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from cogvideox_torchax.families.checks import MAX_INT, Checker, ConfigError, finite, positive_int
+from cogvideox_torchax.families.checks import MAX_INT, Checker, check_builds, finite, positive_int
 
 # Upstream's block kinds and the strides (time, height, width) each scales by.
 DOWNSAMPLE_STRIDES = {"spatial": (1, 2, 2), "temporal": (2, 1, 1), "spatiotemporal": (2, 2, 2), "conv": (2, 2, 2)}
@@ -95,20 +95,6 @@ def encoder_scales(config: Mapping[str, Any]) -> tuple[int, int]:
             int(c["patch_size_t"]) * math.prod(s[0] for s in strides))
 
 
-def _builds(c: Mapping[str, Any], source: str) -> None:
-    # Upstream's constructor is the judge of structure: what it builds, runs
-    # here as it runs there (on the meta device: shapes only, no memory).
-    import torch
-    from diffusers import AutoencoderKLLTX2Video
-
-    try:
-        with torch.device("meta"):
-            AutoencoderKLLTX2Video.from_config({k: v for k, v in c.items() if not k.startswith("_")})
-    except Exception as e:  # noqa: BLE001  (whatever upstream's constructor raises is its refusal)
-        raise ConfigError(f"{source}: upstream's AutoencoderKLLTX2Video does not build from it: "
-                          f"{type(e).__name__}: {' '.join(str(e).split())}") from e
-
-
 def ratio_warnings(config: Mapping[str, Any]) -> list[str]:
     """What a config's compression ratios say against its architecture, and what upstream does with them."""
     c = merged(config)
@@ -155,7 +141,9 @@ def check_config(config: Mapping[str, Any], source: str = "config") -> None:
     for key in ("spatial_compression_ratio", "temporal_compression_ratio"):
         check.require(key, c[key] is None or positive_int(c[key]),
                       "null or a positive integer (upstream's tiling divides sizes by it)")
-    _builds(c, source)
+    from diffusers import AutoencoderKLLTX2Video
+
+    check_builds(AutoencoderKLLTX2Video, c, source)
     noise = _per_block(c["decoder_inject_noise"], len(c["decoder_layers_per_block"]))
     check.require("decoder_inject_noise", not any(noise),
                   "false throughout: injected noise is drawn from torch's global generator on every call, "

@@ -17,7 +17,7 @@ from diffusers import AutoencoderKLLTX2Video
 
 import cogvideox_torchax as ct
 from cogvideox_torchax.io import model_files
-from tests.support.upstream_outcomes import assert_as_upstream
+from tests.support.upstream_outcomes import assert_codes_as_upstream
 
 # diffusers' model tests (tests/models/autoencoders/test_models_autoencoder_ltx2_video.py): no ratios given.
 MODEL_TESTS = dict(
@@ -88,5 +88,4 @@ def test_a_config_upstream_builds_runs_as_upstream_runs_it_or_fails_where_it_fai
     z = torch.randn(1, config["latent_channels"], 2, 3, 3, generator=torch.Generator().manual_seed(1))
     x = torch.rand(1, 3, 9, 16, 16, generator=torch.Generator().manual_seed(2)) * 2 - 1
     temb = torch.tensor([0.05]) if config["timestep_conditioning"] else None  # as LTX2Pipeline passes it
-    assert_as_upstream(lambda: upstream.decode(z, temb), lambda: ours.decode(z, temb), f"{name} decode")
-    assert_as_upstream(lambda: upstream.encode(x), lambda: ours.encode(x), f"{name} encode")
+    assert_codes_as_upstream(upstream, ours, z, x, name, temb)
