@@ -15,7 +15,9 @@ refused too.
 
 Floating dtypes of any width are taken and cast, as this package always has
 (upstream would ask for its weights' dtype); other kinds (complex, integer,
-bool) reach upstream's check as they are.
+bool) reach upstream's check as they are. The check costs one meta call per
+new kind of call (docs/configs.md: up to about 2 s at the real configs'
+sizes on a 2-core CPU, before a compile of tens of seconds).
 """
 
 from __future__ import annotations
@@ -46,13 +48,13 @@ def _refusal(kind: type[BaseException]) -> type[BaseException]:
 
 
 def _meta_module(vae: Any) -> tuple[torch.nn.Module, set]:
-    with _LOCK:
-        found = _META.get(vae)
-        if found is None:
-            with torch.device("meta"):
-                module = vae.family.upstream.from_config(dict(vae.config)).eval()
-            found = _META[vae] = (module, set())
-        return found
+    # Under _LOCK (the caller's).
+    found = _META.get(vae)
+    if found is None:
+        with torch.device("meta"):
+            module = vae.family.upstream.from_config(dict(vae.config)).eval()
+        found = _META[vae] = (module, set())
+    return found
 
 
 def _meta_like(x: Any) -> torch.Tensor:
@@ -96,13 +98,19 @@ def check(vae: Any, kind: str, x: Any, inputs: Mapping[str, Any] | None = None) 
         a call upstream answers with an empty tensor.
     """
     inputs = dict(inputs or {})
-    module, checked = _meta_module(vae)
     # Tiling and framewise switches, tile sizes: upstream's plain attributes, as the user set them.
     settings = {k: v for k, v in vars(vae.module).items()
                 if not k.startswith("_") and k != "training" and isinstance(v, bool | int | float)}
     key = (kind, _signature(x, inputs), tuple(sorted(settings.items())))
-    if key in checked:
-        return
+    with _LOCK:  # one meta module per VAE, its attributes set for this call: one call at a time
+        module, checked = _meta_module(vae)
+        if key not in checked:
+            _run(vae, module, kind, x, inputs, settings)
+            checked.add(key)
+
+
+def _run(vae: Any, module: torch.nn.Module, kind: str, x: Any, inputs: dict[str, Any],
+         settings: Mapping[str, Any]) -> None:
     for name, value in settings.items():
         setattr(module, name, value)
     defaults = {}
@@ -124,4 +132,3 @@ def check(vae: Any, kind: str, x: Any, inputs: Mapping[str, Any] | None = None) 
     if 0 in result.shape:
         raise ValueError(f"{vae.family.class_name}.{kind} of {shown} would give an empty tensor "
                          f"{tuple(result.shape)}; refused (upstream returns it empty)")
-    checked.add(key)
