@@ -7,7 +7,9 @@ import contextlib
 import json
 import sys
 import traceback
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 from cogvideox_torchax.cli import agreement, errors, interrupts, options, timeline
@@ -80,11 +82,33 @@ def _command(parser, argv, configure, run, print_summary, done: list, keep: bool
             if not agreement.is_primary():  # no bars, no summary: process 0 reports
                 config = done[0] = config.with_run(config.run.silenced())
             kept = agreement.stdout_kept_for_results() if agreement.process_count() > 1 else contextlib.nullcontext()
-            with kept:
+            with kept, _own_warnings_as_lines(config.run.quiet):
                 return main(config, run, print_summary)
         except KeyboardInterrupt as e:
             _say_stopped(e, config)
             return errors.exit_code(e)
+
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+
+
+@contextlib.contextmanager
+def _own_warnings_as_lines(quiet: bool) -> Iterator[None]:
+    """The package's own warnings (a config upstream takes with a quirk) as one ``warning:`` line each, once.
+
+    Other libraries' warnings are shown as Python shows them.
+    """
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if str(Path(filename).resolve()).startswith(_PACKAGE):
+                errors.warn_once(" ".join(str(message).split()), quiet)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 def _say_stopped(e: KeyboardInterrupt, config: Config | None) -> None:

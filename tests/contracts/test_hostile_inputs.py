@@ -220,9 +220,9 @@ def test_a_model_file_that_is_no_regular_file_is_refused_before_it_is_opened(tmp
 
 def test_every_reader_looks_before_it_opens(tmp_path):
     """The readers under the commands, called alone: a FIFO is refused at once, never opened."""
-    from cogvideox_torchax.io import latents, model_files
-
     import signal
+
+    from cogvideox_torchax.io import latents, model_files
 
     fifo = tmp_path / "x.safetensors"
     os.mkfifo(fifo)

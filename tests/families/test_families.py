@@ -60,7 +60,7 @@ def test_a_wan_config_we_cannot_run_names_the_field(change, match):
 @pytest.mark.parametrize("change", [{"temperal_downsample": [False, False, True]}, {"patch_size": 2},
                                     {"scale_factor_spatial": 16}])
 def test_a_wan_config_upstream_builds_is_taken(change):
-    """Refused before, though upstream builds them: what upstream then does, ours does (tests/families/wan/test_configs.py)."""
+    """Refused before, though upstream builds them: what upstream then does, ours does (wan/test_configs.py)."""
     import warnings
 
     with warnings.catch_warnings():

@@ -33,7 +33,8 @@ def time_levels(config: Mapping[str, Any]) -> int:
     (ratio 4), whose latent frames then decode to 1, 4 T or 4 T - 3 frames.
     """
     merged = {**defaults(), **config}
-    return max(0, min(int(math.log2(float(merged["temporal_compression_ratio"]))), len(merged["block_out_channels"]) - 1))
+    level = int(math.log2(float(merged["temporal_compression_ratio"])))
+    return max(0, min(level, len(merged["block_out_channels"]) - 1))
 
 
 def check_config(config: Mapping[str, Any], source: str = "config") -> None:

@@ -149,4 +149,4 @@ def check_config(config: Mapping[str, Any], source: str = "config") -> None:
                   "false throughout: injected noise is drawn from torch's global generator on every call, "
                   "which a compiled program cannot reproduce")
     for note in ratio_warnings(c):
-        warnings.warn(f"{source}: {note}", UserWarning, stacklevel=2)
+        warnings.warn(f"AutoencoderKLLTX2Video config: {note}", UserWarning, stacklevel=2)  # once, whichever file

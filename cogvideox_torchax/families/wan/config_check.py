@@ -122,4 +122,4 @@ def check_config(config: Mapping[str, Any], source: str = "config") -> None:
 
     check_builds(AutoencoderKLWan, c, source)
     for note in scale_warnings(c):
-        warnings.warn(f"{source}: {note}", UserWarning, stacklevel=2)
+        warnings.warn(f"AutoencoderKLWan config: {note}", UserWarning, stacklevel=2)  # once, whichever file

@@ -1,4 +1,4 @@
-"""LTX-2 configs around the edges of what upstream's constructor takes: run as upstream runs them, or refused where it fails.
+"""LTX-2 configs around the edges of what upstream's constructor takes: run as upstream runs them, or refused alike.
 
 diffusers' own tiny configs (its model tests' and its pipeline tests') and
 configs drawn around them (tuple lengths, one-block coders, ratios given or
@@ -89,3 +89,27 @@ def test_a_config_upstream_builds_runs_as_upstream_runs_it_or_fails_where_it_fai
     x = torch.rand(1, 3, 9, 16, 16, generator=torch.Generator().manual_seed(2)) * 2 - 1
     temb = torch.tensor([0.05]) if config["timestep_conditioning"] else None  # as LTX2Pipeline passes it
     assert_codes_as_upstream(upstream, ours, z, x, name, temb)
+
+
+def test_the_command_decodes_diffusers_pipeline_test_vae_and_says_its_quirks_once_each(tmp_path, capsys):
+    """Its folder as save_pretrained writes it, decoded as vae.decode takes latents; each warning one line, once."""
+    import numpy as np
+    from safetensors.torch import save_file
+
+    from cogvideox_torchax.decode import main as decode
+
+    torch.manual_seed(0)
+    upstream = AutoencoderKLLTX2Video(**PIPELINE_TESTS).eval()
+    upstream.save_pretrained(tmp_path / "vae")
+    z = torch.randn(1, 4, 2, 4, 4, generator=torch.Generator().manual_seed(3))
+    save_file({"latents": z}, tmp_path / "z.safetensors")
+    code = decode([str(tmp_path / "z.safetensors"), "--model", str(tmp_path / "vae"), "--mesh", "dp=1,tp=1",
+                   "--no-compile-cache", "--no-unscale", "--output", str(tmp_path / "v.npy")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    lines = [ln[ln.index("warning:"):] for ln in err.replace("\r", "\n").splitlines() if "warning:" in ln]
+    assert "UserWarning" not in err and len(lines) == len(set(lines)) == 2, err
+    assert all(ln.startswith("warning: AutoencoderKLLTX2Video config: ") for ln in lines), err
+    with torch.no_grad():
+        expected = upstream.decode(z).sample.numpy()
+    assert np.load(tmp_path / "v.npy").shape == expected[0].shape  # one video of the batch per output
