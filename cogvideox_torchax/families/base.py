@@ -158,6 +158,15 @@ class Family(abc.ABC):
         """
         return ()
 
+    def draws_noise(self, config: Any) -> bool:
+        """Whether upstream's decode draws from torch's global generator (LTX's decoder noise injection).
+
+        Where it does, each call draws on the host as upstream would and the
+        programs take the draws after the decode inputs
+        (`cogvideox_torchax.vae.drawn_noise`).
+        """
+        return False
+
     def check_call(self, config: Any, method: str, arguments: Mapping[str, Any]) -> None:
         """Refuses arguments of upstream's ``decode``, ``encode`` or ``forward`` that the wrapped VAE cannot honour.
 

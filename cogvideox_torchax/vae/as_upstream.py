@@ -47,13 +47,17 @@ def _refusal(kind: type[BaseException]) -> type[BaseException]:
         return ValueError
 
 
+def build_meta(family: Any, config: Mapping[str, Any]) -> torch.nn.Module:
+    """Upstream's module of ``config`` on the meta device: shapes and types only, no weights."""
+    with torch.device("meta"):
+        return family.upstream.from_config(dict(config)).eval()
+
+
 def _meta_module(vae: Any) -> tuple[torch.nn.Module, set]:
     # Under _LOCK (the caller's).
     found = _META.get(vae)
     if found is None:
-        with torch.device("meta"):
-            module = vae.family.upstream.from_config(dict(vae.config)).eval()
-        found = _META[vae] = (module, set())
+        found = _META[vae] = (build_meta(vae.family, vae.config), set())
     return found
 
 
@@ -109,22 +113,33 @@ def check(vae: Any, kind: str, x: Any, inputs: Mapping[str, Any] | None = None) 
             checked.add(key)
 
 
-def _run(vae: Any, module: torch.nn.Module, kind: str, x: Any, inputs: dict[str, Any],
-         settings: Mapping[str, Any]) -> None:
+def meta_call(family: Any, config: Mapping[str, Any], module: torch.nn.Module, kind: str, x: Any,
+              inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> Any:
+    """Upstream's ``kind`` of the meta ``module`` (`build_meta`) on a meta ``x``, its attributes set to ``settings``.
+
+    The caller holds ``module`` alone meanwhile. ``inputs``: upstream's other
+    arguments of a decode (None for one the caller left out: what this
+    package passes then, `Family.decode_input_values`).
+    """
     for name, value in settings.items():
         setattr(module, name, value)
     defaults = {}
     if kind == "decode":
-        names = vae.family.decode_inputs(vae.config)
-        defaults = dict(zip(names, vae.family.decode_input_values(vae.config, x.shape[0], {}), strict=True))
+        names = family.decode_inputs(config)
+        defaults = dict(zip(names, family.decode_input_values(config, x.shape[0], {}), strict=True))
     args = {k: _meta_value(torch.tensor(defaults[k]) if v is None and k in defaults else v)
             for k, v in inputs.items()}
     args.update({k: _meta_value(torch.tensor(v)) for k, v in defaults.items() if k not in inputs})
+    with torch.no_grad():
+        return getattr(module, kind)(_meta_like(x), **args)
+
+
+def _run(vae: Any, module: torch.nn.Module, kind: str, x: Any, inputs: dict[str, Any],
+         settings: Mapping[str, Any]) -> None:
     what = "latents" if kind == "decode" else "video"
     shown = f"{what} of shape {tuple(x.shape)} ({x.dtype})"
     try:
-        with torch.no_grad():
-            out = getattr(module, kind)(_meta_like(x), **args)
+        out = meta_call(vae.family, vae.config, module, kind, x, inputs, settings)
     except Exception as e:  # upstream's refusal, whatever it is: raised as its own type
         first = " ".join(str(e).split())
         raise _refusal(type(e))(f"{vae.family.class_name}.{kind} refuses {shown}, as upstream does: {first}") from e

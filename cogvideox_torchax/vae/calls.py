@@ -22,6 +22,7 @@ import torch
 from cogvideox_torchax.memory.planner import Planner
 from cogvideox_torchax.memory.retry import retry_out_of_memory
 from cogvideox_torchax.parallel import sharding
+from cogvideox_torchax.vae import drawn_noise
 from cogvideox_torchax.vae.program_cache import to_numpy
 
 # The VAE and planner a running decode or encode started with (per thread).
@@ -80,14 +81,23 @@ def prepare(vae: Any, kind: str, x: torch.Tensor | np.ndarray | jax.Array,
     """The planned executable of ``kind`` for ``x`` and its arguments: the weights, ``x`` and ``inputs``, placed.
 
     ``inputs``: the family's decode inputs (`Family.decode_input_values`), each ``(B,)``; none for an encode.
+    A decode whose upstream draws noise (`drawn_noise`) draws it here, from
+    torch's generator, and the arguments end with the draws.
     """
     shape = tuple(x.shape)
     (vae.check_video if kind == "encode" else vae.check_latents)(shape)
     planner = planner_of(vae)  # one VAE state throughout
     executable, weights, mesh = planner.executable(kind, shape)
-    dtype = np.dtype(planner.programs.options.jax_dtype)
+    options = planner.programs.options
+    dtype = np.dtype(options.jax_dtype)
     arrays = [to_numpy(a, dtype) for a in (x, *inputs)]
     placed = [sharding.place(a, sharding.input_sharding(a.shape, mesh)) for a in arrays]
+    if kind != "encode" and vae.family.draws_noise(vae.config):
+        # Drawn now, as upstream's decode would draw them, in the shapes this executable takes after the inputs.
+        wanted = [a.shape for a in executable.args_info[0][2 + len(inputs):]]
+        device = x.device if isinstance(x, torch.Tensor) else "cpu"
+        placed += [sharding.place(to_numpy(a, dtype), sharding.replicated(mesh))
+                   for a in drawn_noise.draw(wanted, options.torch_dtype, device)]
     return executable, (weights, *placed)
 
 

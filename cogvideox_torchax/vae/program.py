@@ -6,6 +6,7 @@ compiles once per input shape (`executables`).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import jax
@@ -17,6 +18,7 @@ from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.patches import registry
 from cogvideox_torchax.platforms.build import apply_plan
 from cogvideox_torchax.platforms.run_plan import RunPlan
+from cogvideox_torchax.vae import drawn_noise
 
 torchax = import_torchax()
 from torchax import interop  # noqa: E402
@@ -74,15 +76,29 @@ class Program:
         method, kwargs = self._METHODS[kind]
 
         def run(weights: dict[str, jax.Array], x: jax.Array, *inputs: jax.Array) -> jax.Array:
-            # ``inputs``: the family's decode inputs after the latents (`Family.decode_inputs`), none for most.
+            # ``inputs``: the family's decode inputs after the latents (`Family.decode_inputs`), none for most,
+            # then the noise upstream's decode draws (`drawn_noise`), none for most.
             env = registry.environment(self.plan.steps)
             with env, torch.no_grad():
                 weights_t, x_t, inputs_t = env.j2t_iso((weights, x, inputs))
-                out = self._jittable.functional_call(method, weights_t, {}, x_t, *inputs_t, **kwargs)
+                inputs_t, noise_t = self._split(inputs_t)
+                with self._noise(kind, noise_t):
+                    out = self._jittable.functional_call(method, weights_t, {}, x_t, *inputs_t, **kwargs)
             out = env.t2j_iso(out[0] if isinstance(out, tuple) else out)
             return to_frames(out) if kind == "frames" else out
 
         return run
+
+    def _split(self, inputs: tuple) -> tuple[tuple, tuple]:
+        # The decode inputs (one value per video), then the noise draws.
+        count = len(self.family.decode_inputs(self.module.config))
+        return tuple(inputs[:count]), tuple(inputs[count:])
+
+    def _noise(self, kind: str, draws: tuple) -> contextlib.AbstractContextManager:
+        # Upstream's torch.randn calls answered by the draws, where its decode draws any.
+        if kind == "encode" or not self.family.draws_noise(self.module.config):
+            return contextlib.nullcontext()
+        return drawn_noise.supplying(draws)
 
     def _batch(self, first: bool, output: str, cache_out: bool = True):
         def decode_batch(module: torch.nn.Module, z: torch.Tensor, cache: Any, inputs: tuple) -> Any:
@@ -94,7 +110,10 @@ class Program:
             with env, torch.no_grad():
                 weights_t, z_t, cache_t, inputs_t = env.j2t_iso((weights, z, cache, inputs))
                 cache_t = None if first else cache_t
-                out, new_cache = self._jittable.functional_call(decode_batch, weights_t, {}, z_t, cache_t, inputs_t)
+                inputs_t, noise_t = self._split(inputs_t)
+                with self._noise("decode", noise_t):
+                    out, new_cache = self._jittable.functional_call(decode_batch, weights_t, {}, z_t, cache_t,
+                                                                    inputs_t)
             out, new_cache = env.t2j_iso((out, new_cache if cache_out else None))
             if output == "frames":
                 return to_frames(out), new_cache

@@ -30,6 +30,7 @@ from cogvideox_torchax.platforms import accelerators
 from cogvideox_torchax.platforms.build import build_plan, compiler_options
 from cogvideox_torchax.platforms.profiles import canonical_platform, mesh_platform
 from cogvideox_torchax.platforms.run_plan import Placement, RunPlan
+from cogvideox_torchax.vae import drawn_noise
 from cogvideox_torchax.vae.program import Program, tiling_switches
 
 # torchax computes some index arithmetic in int64; with x64 off JAX narrows it
@@ -264,11 +265,20 @@ class ProgramCache:
         replicated = sharding.replicated(self.mesh_of(key))
         return {k: jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=replicated) for k, w in self.weights.items()}
 
-    def input_specs(self, batch: int, mesh: Mesh) -> tuple[jax.ShapeDtypeStruct, ...]:
-        """Specs of the family's decode inputs (`Family.decode_inputs`) for ``batch`` videos: one value per video."""
-        where = sharding.input_sharding((batch,), mesh)
-        return tuple(jax.ShapeDtypeStruct((batch,), self.options.jax_dtype, sharding=where)
-                     for _ in self.family.decode_inputs(self.own.module.config))
+    def input_specs(self, shape: tuple[int, ...], mesh: Mesh, program: Program) -> tuple[jax.ShapeDtypeStruct, ...]:
+        """Specs of what a decode of latents ``shape`` by ``program`` takes after them.
+
+        The family's decode inputs (`Family.decode_inputs`), one value per
+        video, then the noise upstream's decode draws (`drawn_noise.shapes`,
+        with the program's tiling and slicing), whole on every device.
+        """
+        config = self.own.module.config
+        where = sharding.input_sharding((shape[0],), mesh)
+        per_video = tuple(jax.ShapeDtypeStruct((shape[0],), self.options.jax_dtype, sharding=where)
+                          for _ in self.family.decode_inputs(config))
+        draws = drawn_noise.shapes(self.family, config, shape, tiling_switches(program.module))
+        whole = sharding.replicated(mesh)
+        return per_video + tuple(jax.ShapeDtypeStruct(s, self.options.jax_dtype, sharding=whole) for s in draws)
 
     def lower(self, kind: str, shape: tuple[int, ...], key: ProgramKey) -> jax.stages.Lowered:
         """Traces and lowers ``kind`` (``"decode"``, ``"frames"``, ``"encode"``) for an input shape."""
@@ -276,7 +286,7 @@ class ProgramCache:
             program = self.program(key)
             on = self.mesh_of(key)
             spec = jax.ShapeDtypeStruct(shape, self.options.jax_dtype, sharding=sharding.input_sharding(shape, on))
-            inputs = self.input_specs(shape[0], on) if kind != "encode" else ()
+            inputs = self.input_specs(shape, on, program) if kind != "encode" else ()
             with TRACING, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
                 traced = program.jits[kind].trace(self._weight_specs(key), spec, *inputs)

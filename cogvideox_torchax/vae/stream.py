@@ -23,6 +23,7 @@ import numpy as np
 
 from cogvideox_torchax.memory import budget
 from cogvideox_torchax.parallel import sharding
+from cogvideox_torchax.vae import drawn_noise
 from cogvideox_torchax.vae.program_cache import _INT64_WARNING, TRACING, ProgramKey
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def _compile(programs: ProgramCache, first: bool, output: str, shape: tuple[int,
         if (name, shape) not in program.executables:
             where = sharding.input_sharding(shape, programs.mesh)
             spec = jax.ShapeDtypeStruct(shape, programs.options.jax_dtype, sharding=where)
-            inputs = programs.input_specs(shape[0], programs.mesh)
+            inputs = programs.input_specs(shape, programs.mesh, program)
             with TRACING, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
                 args = (programs.weights, spec, None if first else cache, inputs)
@@ -158,7 +159,12 @@ def _chunks(programs: ProgramCache, module: Any, z: np.ndarray, output: str, in_
     frame = 0
     for i, (start, stop) in enumerate(ranges):
         x = place(start, stop)
-        out, cache = first(weights, x, None, placed) if i == 0 else step(weights, x, cache, placed)
+        executable = first if i == 0 else step
+        # Noise upstream's decode draws (`drawn_noise`), drawn for this batch as its program takes it; none for most.
+        wanted = [a.shape for a in executable.args_info[0][3][len(inputs):]]
+        noise = tuple(sharding.place(a.astype(dtype), sharding.replicated(mesh))
+                      for a in drawn_noise.draw(wanted, programs.options.torch_dtype))
+        out, cache = executable(weights, x, None if i == 0 else cache, placed + noise)
         for array in jax.tree.leaves(out):
             array.copy_to_host_async()
         count = out[0].shape[1 if output == "frames" else 2]
