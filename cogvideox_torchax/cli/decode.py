@@ -3,8 +3,8 @@
 A thin command line over the library. Latents come from a safetensors file,
 as the model family's pipelines return them (``output_type="latent"``:
 CogVideoX ``(B, T, C, H, W)`` times the scaling factor, Wan ``(B, C, T, H, W)``
-normalised per channel; LTX-2 ``(B, C, T, H, W)`` normalised per channel as
-its pipelines hold them before decoding, where its ``output_type="latent"``
+normalised per channel; LTX-2 and LTX-Video ``(B, C, T, H, W)`` normalised per
+channel as their pipelines hold them before decoding, where their ``output_type="latent"``
 returns them denormalised: ``--no-unscale``), and are brought to what
 ``vae.decode`` takes unless ``--no-unscale``; latents a file's metadata says are another
 family's are refused. The video is
@@ -58,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
         "--layout",
         default="auto",
         choices=("auto", "BCTHW", "BTCHW"),
-        help="latent layout; auto detects it from the model's latent channel count (Wan and LTX-2 models take "
-        "(B, C, T, H, W) unless told BTCHW)",
+        help="latent layout; auto detects it from the model's latent channel count (Wan, LTX-2 and LTX-Video "
+        "models take (B, C, T, H, W) unless told BTCHW)",
     )
     p.add_argument(
         "--no-unscale",
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="latents are already as vae.decode takes them (default: undo the pipeline's scaling as it does: CogVideoX "
         "divides by config.scaling_factor, Wan multiplies by config.latents_std and adds config.latents_mean, LTX-2 "
-        "multiplies by the VAE's latents_std, divides by config.scaling_factor and adds its latents_mean)",
+        "and LTX-Video multiply by the VAE's latents_std, divide by config.scaling_factor and add its latents_mean)",
     )
     add_model_arguments(p)
     out = p.add_mutually_exclusive_group()  # one is needed unless --dry-run (DecodeConfig.from_args)
@@ -129,12 +129,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(config: DecodeConfig) -> dict[str, Any]:
-    """Decodes as the configuration says and returns the summary."""
-    if config.output_dir is not None:
-        from cogvideox_torchax.cli import decode_many
+    """Decodes as the configuration says and returns the summary.
 
-        return decode_many.run(config)
-    return _run_one(config)
+    A decoder that draws noise (LTX-Video 0.9.1's) draws it from a generator
+    seeded 0 for each decode: the same latents, the same video.
+    """
+    from cogvideox_torchax.vae import drawn_noise
+
+    with drawn_noise.seeded_calls(0):
+        if config.output_dir is not None:
+            from cogvideox_torchax.cli import decode_many
+
+            return decode_many.run(config)
+        return _run_one(config)
 
 
 def _run_one(config: DecodeConfig) -> dict[str, Any]:

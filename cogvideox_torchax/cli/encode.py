@@ -5,10 +5,10 @@ A thin command line over the library, the counterpart of
 .webm) or a folder of image frames; it is centre-cropped to a height and
 width divisible by the model's spatial factor (or scaled and cropped to
 --size), and its frames are cut to the largest count that decodes back to
-the same length (or --frames): CogVideoX 8k+1, Wan 4k+1, LTX-2 8k+1 (see
+the same length (or --frames): CogVideoX 8k+1, Wan 4k+1, LTX-2 and LTX-Video 8k+1 (see
 `cogvideox_torchax.io.frames`). The latents are written as the model's
 pipelines hold them (CogVideoX ``(1, T, C, H, W)`` times the scaling factor,
-Wan and LTX-2 ``(1, C, T, H, W)`` normalised per channel), under the key ``latents``,
+Wan, LTX-2 and LTX-Video ``(1, C, T, H, W)`` normalised per channel), under the key ``latents``,
 the model and scaling in the file's metadata, so the decode command reads
 them back with no flags. Bad input is one line on stderr, exit code 2, and no
 output file; the exit codes are listed in ``--help``. Under jax.distributed
@@ -45,15 +45,15 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="HxW",
         help="scale to cover and centre-crop to this height x width, each a positive multiple of the model's spatial "
-        "factor (8; 16 for Wan 2.2 TI2V-5B, 32 for LTX-2) (default: centre-crop to the multiples below the video's "
-        "size)",
+        "factor (8; 16 for Wan 2.2 TI2V-5B, 32 for LTX-2 and LTX-Video) (default: centre-crop to the multiples below "
+        "the video's size)",
     )
     p.add_argument(
         "--frames",
         type=int,
         default=None,
-        help="encode the first N frames, at least 1; Wan reads 4k+1 only, LTX-2 8k+1 (default: the largest count "
-        "available that decodes back to itself: CogVideoX 8k+1, Wan 4k+1, LTX-2 8k+1)",
+        help="encode the first N frames, at least 1; Wan reads 4k+1 only, LTX-2 and LTX-Video 8k+1 (default: the "
+        "largest count available that decodes back to itself: CogVideoX 8k+1, Wan 4k+1, LTX 8k+1)",
     )
     p.add_argument(
         "--sample",

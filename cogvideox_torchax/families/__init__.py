@@ -18,12 +18,13 @@ from cogvideox_torchax.families.base import Family
 from cogvideox_torchax.families.checks import ConfigError
 from cogvideox_torchax.families.cogvideox import COGVIDEOX
 from cogvideox_torchax.families.ltx2 import LTX2
+from cogvideox_torchax.families.ltx2.ltx_video import LTX_VIDEO
 from cogvideox_torchax.families.wan import WAN
 
 __all__ = ["FAMILIES", "ConfigError", "Family", "UnsupportedModelError", "get", "of_config", "of_module",
            "of_preset", "preset_names"]
 
-FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (COGVIDEOX, WAN, LTX2)})
+FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (COGVIDEOX, WAN, LTX2, LTX_VIDEO)})
 
 # The family of a config that names no class: every config saved before the
 # second family was CogVideoX's.
@@ -77,7 +78,8 @@ def of_config(config: Mapping[str, Any]) -> Family:
     Without ``_class_name``, the family whose upstream constructor takes
     every key of the config (those not starting with ``_``); where several
     do, the default family if it is one of them (configs saved before the
-    second family named no class).
+    second family named no class), else the one leaving the fewest of its
+    arguments out.
 
     Raises:
         UnsupportedModelError: a class this runtime does not run, or keys
@@ -93,6 +95,11 @@ def of_config(config: Mapping[str, Any]) -> Family:
     fits = [f for f in FAMILIES.values() if set(keys) <= _arguments(f)]
     if len(fits) == 1 or DEFAULT in fits:
         return fits[0] if len(fits) == 1 else DEFAULT
+    # A class whose arguments are another's and more (LTX-2's are LTX-Video's and its padding and upsampling
+    # kinds): the one with the fewest keys left out, as a saved config names every argument of its class.
+    missing = sorted((len(_arguments(f) - set(keys)), i) for i, f in enumerate(fits))
+    if len(missing) > 1 and missing[0][0] < missing[1][0]:
+        return fits[missing[0][1]]
     if fits:
         told = f"{' and '.join(f.class_name for f in fits)} all take them"
     else:

@@ -70,8 +70,11 @@ def _declared(package: str) -> list[Patch]:
 
 
 def packages() -> tuple[str, ...]:
-    """The packages whose modules declare patches: the shared one, then each family's ``patch_package``."""
-    return (PACKAGE, *(family.patch_package for family in families.FAMILIES.values()))
+    """The packages whose modules declare patches: the shared one, then each family's ``patch_package`` (once each).
+
+    Families of one folder (LTX-2 and LTX-Video) share theirs.
+    """
+    return tuple(dict.fromkeys((PACKAGE, *(family.patch_package for family in families.FAMILIES.values()))))
 
 
 def discover() -> tuple[Patch, ...]:

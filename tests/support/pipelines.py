@@ -197,3 +197,68 @@ def ltx2_embeddings() -> dict:
     """Prompt embeddings and their attention mask as LTX-2's pipelines take them in place of a prompt."""
     embeds = torch.randn((1, LTX2_TEXT_LEN, LTX2_CAPTION * LTX2_LAYERS), generator=torch.Generator().manual_seed(1))
     return {"prompt_embeds": embeds, "prompt_attention_mask": torch.ones((1, LTX2_TEXT_LEN), dtype=torch.long)}
+
+
+LTX_CAPTION, LTX_TEXT_LEN = 32, 8
+
+
+def tiny_ltx_components(vae) -> dict:
+    """An LTX-Video pipeline's components around ``vae`` (8 latent channels, 8x compression): tiny, random.
+
+    A one-layer `LTXVideoTransformer3DModel`, the flow-matching scheduler, and
+    a stand-in T5 (`StandInTokenizer`, `StandInTextEncoder`): the long
+    multi-prompt pipeline takes prompts only, and T5's tokenizer needs files
+    this machine cannot fetch. The others take `ltx_embeddings`.
+    """
+    from diffusers import FlowMatchEulerDiscreteScheduler, LTXVideoTransformer3DModel
+
+    transformer = _seeded(lambda: LTXVideoTransformer3DModel(
+        in_channels=8, out_channels=8, patch_size=1, patch_size_t=1, num_attention_heads=2, attention_head_dim=8,
+        cross_attention_dim=16, num_layers=1, caption_channels=LTX_CAPTION,
+    ))
+    return {"scheduler": FlowMatchEulerDiscreteScheduler(), "vae": vae, "text_encoder": StandInTextEncoder(),
+            "tokenizer": StandInTokenizer(), "transformer": transformer}
+
+
+def ltx_embeddings() -> dict:
+    """Prompt embeddings and their attention mask as LTX-Video's pipelines take them in place of a prompt."""
+    embeds = torch.randn((1, LTX_TEXT_LEN, LTX_CAPTION), generator=torch.Generator().manual_seed(1))
+    return {"prompt_embeds": embeds, "prompt_attention_mask": torch.ones((1, LTX_TEXT_LEN), dtype=torch.long)}
+
+
+class StandInTokenizer:
+    """What LTX's pipelines call of a T5 tokenizer: one id per character (mod 100), padded or truncated."""
+
+    model_max_length = LTX_TEXT_LEN
+
+    def __call__(self, prompts, padding="longest", max_length=None, truncation=False, return_tensors="pt",
+                 **_):
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        ids = [[1 + ord(c) % 100 for c in p] for p in prompts]
+        length = max_length if padding == "max_length" else max(len(i) for i in ids)
+        if truncation:
+            ids = [i[:length] for i in ids]
+        mask = [[1] * len(i) + [0] * (length - len(i)) for i in ids]
+        ids = [i + [0] * (length - len(i)) for i in ids]
+
+        class Out:
+            input_ids = torch.tensor(ids)
+            attention_mask = torch.tensor(mask)
+
+        return Out()
+
+    def batch_decode(self, ids, **_):
+        return ["" for _ in ids]
+
+
+class StandInTextEncoder(ModelMixin, ConfigMixin):
+    """What LTX's pipelines call of T5's encoder: ids -> ``(embeddings,)`` of `LTX_CAPTION` channels (seeded)."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(5)
+            self.embed = torch.nn.Embedding(128, LTX_CAPTION)
+
+    def forward(self, ids, attention_mask=None, **_):
+        return (self.embed(ids),)

@@ -1,4 +1,4 @@
-"""LTX-2's VAE (`AutoencoderKLLTX2Video`: LTX-2 and LTX-2.3).
+"""LTX-2's VAE (`AutoencoderKLLTX2Video`: LTX-2 and LTX-2.3), and LTX-Video 0.9's beside it (`ltx_video`).
 
 Upstream decodes and encodes the whole video in one call: no frame loop and
 no cache, each causal convolution padding time by repeating the first frame
@@ -57,7 +57,7 @@ class LTX2Video(Family):
     normalization = "normalised per channel by the VAE's latents_mean and latents_std and its config.scaling_factor"
 
     def check_config(self, config: Mapping[str, Any], source: str = "config") -> None:
-        config_check.check_config(config, source)
+        config_check.check_config(config, source, self.class_name)
 
     def latent_channels(self, config: Any) -> int:
         return int(config["latent_channels"])
@@ -66,20 +66,20 @@ class LTX2Video(Family):
         return int(config["in_channels"])
 
     def spatial_scale(self, config: Any) -> int:
-        return config_check.spatial_scale(config)
+        return config_check.spatial_scale(config, self.class_name)
 
     def frames_of(self, config: Any, latent_frames: int) -> int:
-        return 1 + config_check.temporal_scale(config) * (latent_frames - 1)
+        return 1 + config_check.temporal_scale(config, self.class_name) * (latent_frames - 1)
 
     def frame_step(self, config: Any) -> int:
-        return config_check.temporal_scale(config)
+        return config_check.temporal_scale(config, self.class_name)
 
     def frames_read(self, config: Any, frames: int) -> int:
         # Upstream's encoder folds pairs of frames after repeating the first,
         # at each block that compresses time: only step k + 1 frames fit it
         # (others fail in upstream's reshape), its own step, which a config
         # may give otherwise than its decoder's.
-        step = config_check.encoder_scales(config)[1]
+        step = config_check.encoder_scales(config, self.class_name)[1]
         return (frames - 1) // step * step + 1
 
     def frame_rule(self, config: Any) -> str:
@@ -109,6 +109,11 @@ class LTX2Video(Family):
         if values.size not in (1, batch) or not np.isfinite(values).all():
             raise ValueError(f"temb must be a finite timestep, one or one per video ({batch}), got {values.tolist()}")
         return (np.ascontiguousarray(np.broadcast_to(values, (batch,))),)
+
+    def draws_noise(self, config: Any) -> bool:
+        # Noise-injecting decoder blocks draw torch.randn on every call (a lone bool stands for every block).
+        noise = config_check.merged(config, self.class_name)["decoder_inject_noise"]
+        return bool(noise) if isinstance(noise, bool) else any(noise)
 
     def check_call(self, config: Any, method: str, arguments: Mapping[str, Any]) -> None:
         # Upstream takes `causal or is_causal`: True asks for a causal pass of a

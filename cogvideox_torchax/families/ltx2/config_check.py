@@ -1,16 +1,18 @@
-"""The checks of an `AutoencoderKLLTX2Video` config, before anything is built from it, and the geometry it implies.
+"""The checks of an LTX VAE config (`AutoencoderKLLTX2Video`, `AutoencoderKLLTXVideo`) and the geometry it implies.
 
 No stricter than upstream: a config upstream's constructor builds is taken,
 and whatever upstream then trips over (a channel count a layer cannot take,
 a list too short for the blocks it describes) is refused where upstream
 refuses it, when it is built or when it runs (`vae.as_upstream`). Refused
-here besides: what would run but not as upstream runs it, noise injection
-(drawn from torch's global generator on every call, which a compiled
-program cannot reproduce) and a temporal patch size other than 1 (frames
-this package's frame rules do not count); and values the pipelines divide
-by. Compression ratios that disagree with the architecture are upstream's
-quirk, kept: one warning says what upstream will size latents and tiles by.
-The geometry follows upstream's constructors index for index.
+here besides: a temporal patch size other than 1 (frames this package's
+frame rules do not count) and values the pipelines divide by. Compression
+ratios that disagree with the architecture are upstream's quirk, kept: one
+warning says what upstream will size latents and tiles by. The geometry
+follows upstream's constructors index for index; the two classes differ in
+their down blocks (LTX-Video's first kind always halves time and space) and
+up blocks (LTX-Video's always double both), and LTX-2 alone has padding
+modes. Every function takes the upstream class's name (``kind``), LTX-2's
+by default.
 """
 
 from __future__ import annotations
@@ -30,18 +32,24 @@ UPSAMPLE_STRIDES = {"spatial": (1, 2, 2), "temporal": (2, 1, 1), "spatiotemporal
 PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
 
-@functools.cache
-def defaults() -> dict[str, Any]:
-    """Upstream's defaults for the keys a config may leave out."""
-    from diffusers import AutoencoderKLLTX2Video
+LTX2 = "AutoencoderKLLTX2Video"
+LTX_VIDEO = "AutoencoderKLLTXVideo"
+# LTX-Video's down block kinds: the first always scales by 2 in time and space, the second by its downsample_type.
+_LTX_VIDEO_BLOCK, _LTX_VIDEO_095_BLOCK = "LTXVideoDownBlock3D", "LTXVideo095DownBlock3D"
 
-    params = inspect.signature(AutoencoderKLLTX2Video.__init__).parameters
+
+@functools.cache
+def defaults(kind: str = LTX2) -> dict[str, Any]:
+    """Upstream's defaults for the keys a config may leave out."""
+    import diffusers
+
+    params = inspect.signature(getattr(diffusers, kind).__init__).parameters
     return {k: v.default for k, v in params.items() if k != "self"}
 
 
-def merged(config: Mapping[str, Any]) -> dict[str, Any]:
+def merged(config: Mapping[str, Any], kind: str = LTX2) -> dict[str, Any]:
     """``config`` over upstream's defaults."""
-    return {**defaults(), **config}
+    return {**defaults(kind), **config}
 
 
 def _per_block(value: Any, count: int) -> list[Any]:
@@ -49,56 +57,66 @@ def _per_block(value: Any, count: int) -> list[Any]:
     return [value] * count if isinstance(value, bool) else list(value)
 
 
-def encoder_blocks(config: Mapping[str, Any]) -> list[tuple[bool, str]]:
-    """The encoder's down blocks in the order they run, as its constructor reads them: ``(scales, downsample_type)``."""
-    c = merged(config)
-    scaling = _per_block(c["spatio_temporal_scaling"], len(c["layers_per_block"]) - 1)
-    return [(bool(scaling[i]), c["downsample_type"][i]) for i in range(len(c["block_out_channels"]))]
+def encoder_blocks(config: Mapping[str, Any], kind: str = LTX2) -> list[tuple[bool, str]]:
+    """The encoder's down blocks in the order they run, as its constructor reads them: ``(scales, downsample_type)``.
+
+    An LTX-Video block of the first kind reads as ``"conv"`` (it halves time and space whatever its type says).
+    """
+    c = merged(config, kind)
+    if kind == LTX2:
+        scaling = _per_block(c["spatio_temporal_scaling"], len(c["layers_per_block"]) - 1)
+        return [(bool(scaling[i]), c["downsample_type"][i]) for i in range(len(c["block_out_channels"]))]
+    types = list(c["down_block_types"])
+    count = len(c["block_out_channels"]) - (1 if types[-1] == _LTX_VIDEO_095_BLOCK else 0)
+    return [(bool(c["spatio_temporal_scaling"][i]),
+             c["downsample_type"][i] if types[i] == _LTX_VIDEO_095_BLOCK else "conv") for i in range(count)]
 
 
-def decoder_blocks(config: Mapping[str, Any]) -> list[tuple[bool, str, int, bool]]:
+def decoder_blocks(config: Mapping[str, Any], kind: str = LTX2) -> list[tuple[bool, str, int, bool]]:
     """The decoder's up blocks in the order they run: ``(scales, upsample_type, upsample_factor, residual)``.
 
     As upstream's constructor reads them: its per-block lists reversed, but
-    ``upsample_type`` read in its own order, one block per
-    ``decoder_block_out_channels`` entry.
+    LTX-2's ``upsample_type`` read in its own order, one block per
+    ``decoder_block_out_channels`` entry. LTX-Video's up blocks all scale
+    time and space (``"spatiotemporal"``).
     """
-    c = merged(config)
+    c = merged(config, kind)
     n = len(c["decoder_layers_per_block"]) - 1
     scaling = list(reversed(_per_block(c["decoder_spatio_temporal_scaling"], n)))
     residual = list(reversed(_per_block(c["upsample_residual"], n)))
     factors = list(reversed(list(c["upsample_factor"])))
-    return [(bool(scaling[i]), c["upsample_type"][i], int(factors[i]), bool(residual[i]))
-            for i in range(len(c["decoder_block_out_channels"]))]
+    count = len(c["decoder_block_out_channels"])
+    types = list(c["upsample_type"]) if kind == LTX2 else ["spatiotemporal"] * count
+    return [(bool(scaling[i]), types[i], int(factors[i]), bool(residual[i])) for i in range(count)]
 
 
-def spatial_scale(config: Mapping[str, Any]) -> int:
+def spatial_scale(config: Mapping[str, Any], kind: str = LTX2) -> int:
     """Video pixels per latent pixel: the patch size times each spatial doubling of the decoder."""
-    c = merged(config)
-    ups = [UPSAMPLE_STRIDES[kind][1] for scales, kind, _, _ in decoder_blocks(c) if scales]
+    c = merged(config, kind)
+    ups = [UPSAMPLE_STRIDES[t][1] for scales, t, _, _ in decoder_blocks(c, kind) if scales]
     return int(c["patch_size"]) * math.prod(ups)
 
 
-def temporal_scale(config: Mapping[str, Any]) -> int:
+def temporal_scale(config: Mapping[str, Any], kind: str = LTX2) -> int:
     """Video frames per latent frame after the first: each temporal doubling of the decoder (first frame kept)."""
-    c = merged(config)
-    ups = [UPSAMPLE_STRIDES[kind][0] for scales, kind, _, _ in decoder_blocks(c) if scales]
+    c = merged(config, kind)
+    ups = [UPSAMPLE_STRIDES[t][0] for scales, t, _, _ in decoder_blocks(c, kind) if scales]
     return int(c["patch_size_t"]) * math.prod(ups)
 
 
-def encoder_scales(config: Mapping[str, Any]) -> tuple[int, int]:
+def encoder_scales(config: Mapping[str, Any], kind: str = LTX2) -> tuple[int, int]:
     """What the encoder compresses: ``(pixels, frames after the first)`` per latent pixel and frame."""
-    c = merged(config)
+    c = merged(config, kind)
     # A kind upstream's down block does not know builds no downsampler there (it runs, unscaled).
-    strides = [DOWNSAMPLE_STRIDES.get(kind, (1, 1, 1)) for scales, kind in encoder_blocks(c) if scales]
+    strides = [DOWNSAMPLE_STRIDES.get(t, (1, 1, 1)) for scales, t in encoder_blocks(c, kind) if scales]
     return (int(c["patch_size"]) * math.prod(s[1] for s in strides),
             int(c["patch_size_t"]) * math.prod(s[0] for s in strides))
 
 
-def ratio_warnings(config: Mapping[str, Any]) -> list[str]:
+def ratio_warnings(config: Mapping[str, Any], kind: str = LTX2) -> list[str]:
     """What a config's compression ratios say against its architecture, and what upstream does with them."""
-    c = merged(config)
-    (space_in, time_in), space, time = encoder_scales(c), spatial_scale(c), temporal_scale(c)
+    c = merged(config, kind)
+    (space_in, time_in), space, time = encoder_scales(c, kind), spatial_scale(c, kind), temporal_scale(c, kind)
     n = len(c["layers_per_block"]) - 1
     counted = sum(_per_block(c["spatio_temporal_scaling"], n))
     notes = []
@@ -115,7 +133,7 @@ def ratio_warnings(config: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-def check_config(config: Mapping[str, Any], source: str = "config") -> None:
+def check_config(config: Mapping[str, Any], source: str = "config", kind: str = LTX2) -> None:
     """Refuses what upstream's constructor refuses, and what would not run as upstream runs it.
 
     Keys left out take upstream's defaults. A config whose compression
@@ -126,7 +144,7 @@ def check_config(config: Mapping[str, Any], source: str = "config") -> None:
         ConfigError: naming the key, its value and what it must be, or what
             upstream's constructor raised.
     """
-    c = merged(config)
+    c = merged(config, kind)
     check = Checker(c, source)
     for key in ("in_channels", "out_channels", "latent_channels", "patch_size", "patch_size_t"):
         check.require(key, positive_int(c[key]), f"an integer from 1 to {MAX_INT}")
@@ -135,18 +153,15 @@ def check_config(config: Mapping[str, Any], source: str = "config") -> None:
     for key in ("timestep_conditioning", "encoder_causal", "decoder_causal"):
         check.require(key, isinstance(c[key], bool), "true or false")
     for key in ("encoder_spatial_padding_mode", "decoder_spatial_padding_mode"):
-        check.require(key, c[key] in PADDING_MODES, f"one of {', '.join(map(repr, PADDING_MODES))}")
+        if key in c:
+            check.require(key, c[key] in PADDING_MODES, f"one of {', '.join(map(repr, PADDING_MODES))}")
     check.require("scaling_factor", finite(c["scaling_factor"]) and c["scaling_factor"] > 0,
                   "a positive number (the pipeline divides latents by it)")
     for key in ("spatial_compression_ratio", "temporal_compression_ratio"):
         check.require(key, c[key] is None or positive_int(c[key]),
                       "null or a positive integer (upstream's tiling divides sizes by it)")
-    from diffusers import AutoencoderKLLTX2Video
+    import diffusers
 
-    check_builds(AutoencoderKLLTX2Video, c, source)
-    noise = _per_block(c["decoder_inject_noise"], len(c["decoder_layers_per_block"]))
-    check.require("decoder_inject_noise", not any(noise),
-                  "false throughout: injected noise is drawn from torch's global generator on every call, "
-                  "which a compiled program cannot reproduce")
-    for note in ratio_warnings(c):
-        warnings.warn(f"AutoencoderKLLTX2Video config: {note}", UserWarning, stacklevel=2)  # once, whichever file
+    check_builds(getattr(diffusers, kind), c, source)
+    for note in ratio_warnings(c, kind):
+        warnings.warn(f"{kind} config: {note}", UserWarning, stacklevel=2)  # once, whichever file

@@ -1,4 +1,4 @@
-"""LTX-2 fixtures: the tiny test config with seeded random weights, norms and statistics moved off their init."""
+"""LTX-2 and LTX-Video fixtures: tiny test configs, seeded random weights, norms, noise and statistics perturbed."""
 
 import pytest
 import torch
@@ -13,7 +13,10 @@ CONDITIONED = {**preset_config("ltx2-tiny"), "timestep_conditioning": True}
 
 
 def perturbed(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """``module`` with its LayerNorms' affine terms and the latent statistics off their init (each must show)."""
+    """``module`` with its norms' affine terms, noise scales and latent statistics off their init (each must show).
+
+    Noise scales start at 0 upstream: noise injection would add nothing.
+    """
     generator = torch.Generator().manual_seed(seed)
 
     def noise(t: torch.Tensor) -> torch.Tensor:
@@ -25,16 +28,19 @@ def perturbed(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
                 t.mul_(1 + 0.5 * noise(t))
             elif name.endswith(("norm3.bias", "latents_mean")):
                 t.add_(0.2 * noise(t))
+            elif "per_channel_scale" in name:
+                t.copy_(0.3 + 0.2 * noise(t))
     return module
 
 
 def upstream_of(config: dict, seed: int = 0) -> torch.nn.Module:
-    """An upstream `AutoencoderKLLTX2Video` of ``config``: seeded random weights, perturbed (`perturbed`)."""
-    from diffusers import AutoencoderKLLTX2Video
+    """An upstream VAE of ``config`` (its ``_class_name``, else LTX-2's): seeded random weights, perturbed."""
+    import diffusers
 
+    cls = getattr(diffusers, config.get("_class_name", "AutoencoderKLLTX2Video"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return perturbed(AutoencoderKLLTX2Video.from_config(config).eval(), seed)
+        return perturbed(cls.from_config(config).eval(), seed)
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +52,14 @@ def ltx2_tiny_upstream():
 @pytest.fixture(scope="session")
 def ltx2_tiny(ltx2_tiny_upstream):
     return ct.wrap(ltx2_tiny_upstream, dtype="float32", mesh="dp=1,tp=1")
+
+
+@pytest.fixture(scope="session")
+def ltx_video_tiny_upstream():
+    """The ltx-tiny preset (diffusers' 0.9.1 test config: conditioned, injecting noise), seeded, perturbed."""
+    return perturbed(ct.random_upstream("ltx-tiny", seed=0))
+
+
+@pytest.fixture(scope="session")
+def ltx_video_tiny(ltx_video_tiny_upstream):
+    return ct.wrap(ltx_video_tiny_upstream, dtype="float32", mesh="dp=1,tp=1")

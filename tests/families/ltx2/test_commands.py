@@ -180,3 +180,49 @@ def test_decode_stream_yields_the_whole_video_in_one_chunk(ltx2_tiny):
     chunks = list(ltx2_tiny.decode_stream(z, output="video"))
     assert [(c.start, c.frames, c.data.shape) for c in chunks] == [(0, 17, (1, 3, 17, 16, 16))]
     np.testing.assert_array_equal(chunks[0].data, np.asarray(ltx2_tiny.decode_jax(z)))
+
+
+@pytest.fixture(scope="module")
+def saved_ltx_video(tmp_path_factory):
+    """A saved LTX-Video 0.9.1-style VAE: conditioned, injecting noise, statistics off (0, 1), scaling factor 0.7."""
+    upstream = upstream_of({**preset_config("ltx-tiny"), "scaling_factor": SCALING}, seed=3)
+    folder = tmp_path_factory.mktemp("ltx-video") / "vae"
+    upstream.save_pretrained(folder)
+    return upstream, folder
+
+
+def test_ltx_video_pipeline_latents_decode_with_no_flags_the_same_on_every_run(saved_ltx_video, tmp_path, capsys):
+    upstream, folder = saved_ltx_video
+    model = ["--model", str(folder), "--mesh", "dp=1,tp=1", "--no-compile-cache"]
+    for i, t in enumerate((2, 2)):
+        save_file({"latents": _pipeline_latents((1, 8, t, 3, 4), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
+    assert decode([str(tmp_path / "z0.safetensors"), *model, "-o", str(tmp_path / "v.npy"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["model"] == "AutoencoderKLLTXVideo" and summary["video_shape"] == [1, 3, 9, 24, 32]
+    # As LTXPipeline decodes them: denormalised, at decode timestep 0; the noise upstream draws after
+    # torch.manual_seed(0), as the commands draw it for each decode.
+    z = _denormalized(upstream, _pipeline_latents((1, 8, 2, 3, 4), seed=0))
+    torch.manual_seed(0)
+    expected = _upstream_decode(upstream, z)
+    # fp32 against upstream's eager decode: 1.2e-6 measured.
+    assert_close(np.load(tmp_path / "v.npy"), expected[0], atol=1e-4, label="LTX-Video CLI vs upstream")
+    # Again, and beside another file in one batch: the same video (the draws do not depend on the batch).
+    out = tmp_path / "many"
+    assert decode([str(tmp_path), *model, "--output-dir", str(out), "--format", "npy", "-q"]) == 0
+    np.testing.assert_array_equal(np.load(out / "z0.npy"), np.load(tmp_path / "v.npy"))
+
+
+def test_ltx_video_encode_then_decode_to_mp4_at_25_fps(saved_ltx_video, tmp_path, capsys):
+    upstream, folder = saved_ltx_video
+    model = ["--model", str(folder), "--mesh", "dp=1,tp=1", "--no-compile-cache"]
+    _frames_folder(tmp_path / "frames", 10, (16, 24))
+    assert encode([str(tmp_path / "frames"), *model, "-o", str(tmp_path / "z.safetensors"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["latents_shape"] == [1, 8, 2, 2, 3] and summary["video_shape"] == [1, 3, 9, 16, 24]
+    with safe_open(str(tmp_path / "z.safetensors"), "np") as f:
+        assert f.metadata()["model"] == "AutoencoderKLLTXVideo"
+    assert decode([str(tmp_path / "z.safetensors"), *model, "-o", str(tmp_path / "back.mp4"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["streamed"]  # one chunk: the whole video in one call, as upstream decodes it
+    back, fps = read_mp4(tmp_path / "back.mp4")
+    assert back.shape == (9, 16, 24, 3) and fps == 25

@@ -1,4 +1,4 @@
-"""LTX-2 configs around the edges of what upstream's constructor takes: run as upstream runs them, or refused alike.
+"""LTX-2 and LTX-Video configs around the edges of what upstream's constructor takes: run as upstream, or refused alike.
 
 diffusers' own tiny configs (its model tests' and its pipeline tests') and
 configs drawn around them (tuple lengths, one-block coders, ratios given or
@@ -11,6 +11,7 @@ type. Tiny sizes on the CPU.
 import random
 import warnings
 
+import diffusers
 import pytest
 import torch
 from diffusers import AutoencoderKLLTX2Video
@@ -69,15 +70,50 @@ def _drawn(seed: int) -> dict:
 CASES = {"model-tests": MODEL_TESTS, "pipeline-tests": PIPELINE_TESTS, **{f"drawn-{s}": _drawn(s) for s in range(10)}}
 
 
+def _drawn_ltx_video(seed: int) -> dict:
+    """An `AutoencoderKLLTXVideo` config around the edges: both down block kinds, noise, lengths, ratios."""
+    rng = random.Random(100 + seed)
+    n, m = rng.choice([1, 2, 3]), rng.choice([1, 2, 3])
+    kind = rng.choice(["LTXVideoDownBlock3D", "LTXVideo095DownBlock3D"])
+    blocks = n + (1 if kind == "LTXVideo095DownBlock3D" else 0)
+    width = rng.choice([8, 16])
+    config = dict(
+        _class_name="AutoencoderKLLTXVideo", in_channels=3, out_channels=3, latent_channels=rng.choice([4, 8]),
+        block_out_channels=tuple([width] * blocks), down_block_types=tuple([kind] * n),
+        layers_per_block=tuple([1] * (n + rng.choice([0, 1]))),
+        spatio_temporal_scaling=tuple(rng.choice([True, False]) for _ in range(n)),
+        downsample_type=tuple(rng.choice(["spatial", "temporal", "spatiotemporal", "conv"]) for _ in range(n)),
+        decoder_block_out_channels=tuple([width * 2] * m), decoder_layers_per_block=tuple([1] * (m + 1)),
+        decoder_spatio_temporal_scaling=tuple(rng.choice([True, False]) for _ in range(m)),
+        decoder_inject_noise=tuple(rng.choice([True, False]) for _ in range(m + 1)),
+        upsample_factor=tuple(rng.choice([1, 2]) for _ in range(m)),
+        upsample_residual=tuple(rng.choice([True, False]) for _ in range(m)),
+        timestep_conditioning=rng.choice([False, True]), patch_size=rng.choice([1, 2]), patch_size_t=1,
+        encoder_causal=rng.choice([True, False]), decoder_causal=rng.choice([True, False]),
+    )
+    if rng.random() < 0.5:
+        config["spatial_compression_ratio"] = rng.choice([4, 8, 16])
+        config["temporal_compression_ratio"] = rng.choice([1, 2, 4, 8])
+    return config
+
+
+CASES.update({f"ltx-video-drawn-{s}": _drawn_ltx_video(s) for s in range(10)})
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_config_upstream_builds_runs_as_upstream_runs_it_or_fails_where_it_fails(name):
-    config = CASES[name]
+    config = dict(CASES[name])
+    cls = getattr(diffusers, config.pop("_class_name", "AutoencoderKLLTX2Video"))
     torch.manual_seed(0)
     try:
-        upstream = AutoencoderKLLTX2Video(**config).eval()
+        upstream = cls(**config).eval()
+        with torch.no_grad():  # noise injection must show (upstream starts its scales at 0)
+            for key, value in upstream.named_parameters():
+                if "per_channel_scale" in key:
+                    value.fill_(0.3)
     except Exception as e:  # noqa: BLE001  (upstream's constructor refuses it: so does our loader)
         with pytest.raises(ct.ModelLoadError, match="does not build"):
-            model_files.check_config({"_class_name": "AutoencoderKLLTX2Video", **config})
+            model_files.check_config({"_class_name": cls.__name__, **config})
         pytest.skip(f"upstream's constructor refuses it ({type(e).__name__}), and so does ours")
     upstream.use_framewise_encoding = upstream.use_framewise_decoding = False  # as diffusers' pipeline tests set it
     with warnings.catch_warnings():
