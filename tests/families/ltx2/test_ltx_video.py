@@ -198,3 +198,23 @@ def test_the_released_configs_fp32(preset):
     got, _ = _ours(vae, z, temb, seed=1)
     # The real widths (up to 1024 channels at the latent size) sum more terms: 1e-4.
     assert_close(got, expected, atol=1e-4, label=f"{preset} fp32")
+
+
+def test_the_planner_tiles_a_noise_injecting_decode_as_upstream_tiles_it(ltx_video_tiny_upstream):
+    # Each candidate tiling is its own program, its draws recorded from upstream's tiled decode.
+    shape = (1, 8, 1, 8, 8)
+    probe = ct.wrap(ltx_video_tiny_upstream, mesh="dp=1,tp=1")
+    whole = probe.memory_candidates(shape)[0]
+    vae = ct.wrap(ltx_video_tiny_upstream, mesh="dp=1,tp=1", max_memory=int((whole.bytes - 1) / 0.9) - 1)
+    plan = vae.memory_plan(shape)
+    assert plan.tiling is not None and plan.bytes < whole.bytes
+    z, temb = seeded_latents(shape, seed=7), torch.tensor([0.1])
+    ltx_video_tiny_upstream.enable_tiling(**plan.tiling)
+    try:
+        expected, after_upstream = _upstream(ltx_video_tiny_upstream, z, temb, seed=2)
+    finally:
+        ltx_video_tiny_upstream.disable_tiling()
+    got, after_ours = _ours(vae, z, temb, seed=2)
+    assert got.shape == (1, 3, 1, 64, 64)
+    assert_close(got, expected, atol=1e-4, label=f"planned {plan.name}, noise per tile")
+    assert torch.equal(after_ours, after_upstream)

@@ -109,3 +109,153 @@ def test_image_to_video_assigned_then_text_to_video_at_the_pipelines_decode_time
     # The timestep reaches the decoder: another one (the same noise) gives another video.
     other = _call(built, decode_timestep=0.5, decode_noise_scale=0.025)
     assert (other.frames - got.frames).abs().max() > 1e-3
+
+
+def _video(count=9, seed=4):
+    return torch.rand((count, 3, 32, 32), generator=torch.Generator().manual_seed(seed))
+
+
+def test_condition_and_in_context_pipelines_built_around_it():
+    # LTX2ConditionPipeline: an image at frame 0 and a video from frame 0, each encoded by the VAE.
+    # LTX2InContextPipeline (IC LoRA): a reference video encoded as tokens beside the generated ones.
+    from diffusers import LTX2ConditionPipeline, LTX2InContextPipeline
+    from diffusers.pipelines.ltx2.pipeline_ltx2_condition import LTX2VideoCondition
+    from diffusers.pipelines.ltx2.pipeline_ltx2_ic_lora import LTX2ReferenceCondition
+
+    wrapped = ct.wrap(upstream_of(TINY, seed=2), mesh="dp=1,tp=1")
+
+    def conditions():
+        return [LTX2VideoCondition(frames=_image()[0], index=0, strength=1.0, crf=0),
+                LTX2VideoCondition(frames=_video(), index=0, strength=0.5, crf=0)]
+
+    kwargs = dict(conditions=conditions())
+    expected = _call(LTX2ConditionPipeline(**tiny_ltx2_components(upstream_of(TINY, seed=2))), **kwargs)
+    got = _call(LTX2ConditionPipeline(**tiny_ltx2_components(wrapped)), conditions=conditions())
+    _compare(got, expected, "LTX2ConditionPipeline", audio_atol=1e-5)
+
+    def reference():
+        return [LTX2ReferenceCondition(frames=_video(seed=5), strength=1.0)]
+
+    expected = _call(LTX2InContextPipeline(**tiny_ltx2_components(upstream_of(TINY, seed=2))),
+                     reference_conditions=reference())
+    got = _call(LTX2InContextPipeline(**tiny_ltx2_components(wrapped)), reference_conditions=reference())
+    _compare(got, expected, "LTX2InContextPipeline", audio_atol=1e-5)
+
+
+def test_latent_upsample_pipeline_encodes_upsamples_and_decodes():
+    from diffusers import LTX2LatentUpsamplePipeline
+    from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        upsampler = LTX2LatentUpsamplerModel(in_channels=8, mid_channels=32, num_blocks_per_stage=1).eval()
+    video = list(_video())
+    kwargs = dict(video=video, height=32, width=32, num_frames=9, output_type="pt",
+                  generator=torch.Generator().manual_seed(0))
+    expected = LTX2LatentUpsamplePipeline(vae=upstream_of(TINY, seed=3), latent_upsampler=upsampler)(**kwargs).frames
+    kwargs["generator"] = torch.Generator().manual_seed(0)
+    wrapped = ct.wrap(upstream_of(TINY, seed=3), mesh="dp=1,tp=1")
+    got = LTX2LatentUpsamplePipeline(vae=wrapped, latent_upsampler=upsampler)(**kwargs).frames
+    assert got.shape == (1, 9, 3, 64, 64) and float(expected.std()) > 0.05
+    assert_close(got, expected, atol=ATOL, label="LTX2LatentUpsamplePipeline")
+
+
+def test_hdr_and_dfr_pipelines_built_around_it():
+    # LTX2HDRPipeline (HDR LoRA): a reference video encoded by the VAE, the decoded video mapped from LogC3 to linear
+    # light (values far past 1: judged relative to their size). LTX2DFRPipeline: one denoise pass with conditions;
+    # its keyframe slots need an LTX-2.5 transformer (a marker embedding), left out here.
+    from diffusers import LTX2DFRPipeline, LTX2HDRPipeline
+    from diffusers.pipelines.ltx2.pipeline_ltx2_hdr_lora import LTX2HDRReferenceCondition
+
+    wrapped = ct.wrap(upstream_of(TINY, seed=2), mesh="dp=1,tp=1")
+    kwargs = dict(height=32, width=32, num_frames=9, output_type="pt", max_sequence_length=8)
+
+    def hdr(vae):
+        torch.manual_seed(0)
+        return LTX2HDRPipeline(**tiny_ltx2_components(vae))(
+            **ltx2_embeddings(), **kwargs, num_inference_steps=2, generator=torch.Generator().manual_seed(0),
+            reference_conditions=[LTX2HDRReferenceCondition(frames=_video(), strength=1.0)]).frames
+
+    expected, got = hdr(upstream_of(TINY, seed=2)), hdr(wrapped)
+    scale = float(expected.abs().max())
+    assert scale > 1 and float(expected.std()) > 0.05  # linear light, not a constant
+    # fp32: the LogC3 inverse magnifies the decoder's 1e-6 by its slope (measured 3e-4 at a peak of ~50).
+    assert_close(got, expected, atol=2e-5 * scale, label="LTX2HDRPipeline")
+
+    def dfr(vae):
+        return LTX2DFRPipeline(**tiny_ltx2_components(vae))(
+            **ltx2_embeddings(), **kwargs, generate_slots=False, sigmas=[1.0, 0.5],
+            generator=torch.Generator().manual_seed(0)).frames
+
+    got, expected = dfr(wrapped), dfr(upstream_of(TINY, seed=2))
+    assert float(expected.std()) > 0.05
+    assert_close(got, expected, atol=ATOL, label="LTX2DFRPipeline")
+
+
+def test_diffusion_decode_pipeline_reads_the_statistics_of_the_wrapped_vae():
+    # LTX2VideoDiffusionDecodePipeline decodes with its own diffusion decoder; the VAE gives it the latent
+    # statistics and scaling factor (diffusers' own test config of the decoder, LTX-2.4's architecture).
+    from diffusers import (
+        FlowMatchEulerDiscreteScheduler,
+        LTX2VideoDiffusionDecodePipeline,
+        LTX2VideoDiffusionDecoderModel,
+    )
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        decoder = LTX2VideoDiffusionDecoderModel(
+            out_channels=3, latent_channels=8, patch_size=2, decoder_head_dim=16,
+            decoder_stage_channels=(64, 32, 16, 16, 16), decoder_stage_depths=(1, 1, 1, 1, 2),
+            decoder_stage_kernels=((3, 3, 3),) * 4,
+            decoder_upsample_strides=((1, 2, 2), (2, 1, 1), (2, 2, 2), (2, 2, 2)),
+            decoder_upsample_channel_reductions=(2, 2, 1, 1), decoder_stage5_kernel=(3, 3, 3), decoder_t_emb_dim=32,
+            spatial_compression_ratio=16, temporal_compression_ratio=8,
+        ).eval()
+    z = torch.randn(1, 8, 2, 3, 3, generator=torch.Generator().manual_seed(1))
+
+    def run(vae):
+        pipe = LTX2VideoDiffusionDecodePipeline(diffusion_decoder=decoder, scheduler=FlowMatchEulerDiscreteScheduler(),
+                                                vae=vae)
+        return pipe(latents=z, generator=torch.Generator().manual_seed(0), output_type="pt").frames
+
+    expected = run(upstream_of(TINY, seed=2))
+    assert float(expected.std()) > 0.05
+    assert_close(run(ct.wrap(upstream_of(TINY, seed=2), mesh="dp=1,tp=1")), expected, atol=0,
+                 label="LTX2VideoDiffusionDecodePipeline")
+
+
+@pytest.mark.parametrize("image", [False, True], ids=["text-to-video", "image-to-video"])
+def test_sana_video_pipelines_on_the_ltx2_vae(image):
+    # SanaVideoPipeline and SanaImageToVideoPipeline take Wan's or LTX-2's VAE, told apart by isinstance, and
+    # normalise by LTX-2's statistics buffers.
+    from diffusers import (
+        DPMSolverMultistepScheduler,
+        SanaImageToVideoPipeline,
+        SanaVideoPipeline,
+        SanaVideoTransformer3DModel,
+    )
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        transformer = SanaVideoTransformer3DModel(
+            in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=8, num_layers=1,
+            num_cross_attention_heads=2, cross_attention_head_dim=8, cross_attention_dim=16, caption_channels=32,
+            sample_size=4, patch_size=(1, 2, 2),
+        ).eval()
+    embeds = torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(1, 8, dtype=torch.long)
+    cls = SanaImageToVideoPipeline if image else SanaVideoPipeline
+
+    def run(vae):
+        pipe = cls(tokenizer=None, text_encoder=None, vae=vae, transformer=transformer,
+                   scheduler=DPMSolverMultistepScheduler())
+        extra = {"image": _image()} if image else {}
+        return pipe(prompt_embeds=embeds, prompt_attention_mask=mask, negative_prompt=None,
+                    negative_prompt_embeds=embeds, negative_prompt_attention_mask=mask, guidance_scale=1.0,
+                    num_inference_steps=2, height=32, width=32, frames=9, generator=torch.Generator().manual_seed(0),
+                    output_type="pt", use_resolution_binning=False, **extra).frames
+
+    expected = run(upstream_of(TINY, seed=2))
+    assert float(expected.std()) > 0.05
+    assert_close(run(ct.wrap(upstream_of(TINY, seed=2), mesh="dp=1,tp=1")), expected, atol=ATOL,
+                 label=f"{cls.__name__} on LTX-2's VAE")
