@@ -62,7 +62,7 @@ def tile_count(upstream, shape: tuple[int, ...]) -> tuple[int, set[tuple[int, in
     import torch
 
     from bench.flops import meta_twin
-    from bench.inputs import family
+    from bench.inputs import decode_args, family
 
     twin = meta_twin(upstream)
     twin.enable_tiling()
@@ -70,7 +70,8 @@ def tile_count(upstream, shape: tuple[int, ...]) -> tuple[int, set[tuple[int, in
     hook = twin.decoder.register_forward_pre_hook(lambda m, a: sizes.append(tuple(a[0].shape[-2:])))
     try:
         with torch.no_grad():
-            twin.decode(torch.empty(shape, device="meta"))
+            z = torch.empty(shape, device="meta")
+            twin.decode(z, *decode_args(twin, z))
     finally:
         hook.remove()
     batches = len(family(upstream).stream_batches(twin, shape[2]))

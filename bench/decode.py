@@ -139,12 +139,19 @@ def _errors(out, reference) -> tuple[float, float]:
     return float(d.max()), float(d.mean())
 
 
-def _reference(upstream, z):
-    """Upstream fp32 eager decode of ``z`` on the CPU, as a numpy array."""
+def _reference(upstream, z, seed: int):
+    """Upstream fp32 eager decode of ``z`` on the CPU, as a numpy array.
+
+    From torch's generator seeded ``seed``, as every system's compared call
+    (a decoder injecting noise draws from it).
+    """
     import torch
 
+    from bench.inputs import decode_args
+
+    torch.manual_seed(seed)
     with torch.no_grad():
-        return upstream.decode(z).sample.numpy()
+        return upstream.decode(z, *decode_args(upstream, z)).sample.numpy()
 
 
 def _commit() -> str | None:
@@ -228,7 +235,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, An
         conv_flops = analytic_conv_flops(upstream, shape, twin)
         reference = None
         if not args.compile_only and not args.no_reference:
-            reference = _reference(upstream, z)
+            reference = _reference(upstream, z, args.seed)
         rows = []
         for name in systems:
             print(f"[bench] {name} {shape} ...", file=sys.stderr, flush=True)

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from bench.inputs import decode_args
+
 
 def valid_taps(n: int, k: int, p: int | tuple[int, int], s: int, d: int) -> int:
     """Kernel taps that land inside an input of length ``n``, summed over all outputs of one dim.
@@ -55,8 +57,8 @@ def _dims(conv: torch.nn.Module, args: tuple, kwargs: dict) -> list[tuple[int, t
     return dims
 
 
-def count_conv_flops(module: torch.nn.Module, z: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Runs ``module.decode(z)`` and counts the FLOPs of every convolution it calls.
+def count_conv_flops(module: torch.nn.Module, z: torch.Tensor, *inputs: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Runs ``module.decode(z, *inputs)`` and counts the FLOPs of every convolution it calls.
 
     2 FLOPs per multiply-add whose input is real data, not zero padding (the
     count XLA's cost analysis makes too; causal time padding is real frames
@@ -78,7 +80,7 @@ def count_conv_flops(module: torch.nn.Module, z: torch.Tensor) -> tuple[torch.Te
     hooks = [m.register_forward_hook(count, with_kwargs=True) for m in convs]
     try:
         with torch.no_grad():
-            sample = module.decode(z).sample
+            sample = module.decode(z, *inputs).sample
     finally:
         for h in hooks:
             h.remove()
@@ -108,7 +110,8 @@ def analytic_conv_flops(upstream: Any, shape: tuple[int, ...], twin: torch.nn.Mo
         twin: a `meta_twin` of ``upstream`` to reuse (built when not given).
     """
     twin = meta_twin(upstream) if twin is None else twin
-    _, total = count_conv_flops(twin, torch.empty(shape, device="meta"))
+    z = torch.empty(shape, device="meta")
+    _, total = count_conv_flops(twin, z, *decode_args(twin, z))
     return total
 
 
@@ -128,7 +131,8 @@ def conv_io_elements(upstream: Any, shape: tuple[int, ...]) -> int:
     hooks = [m.register_forward_hook(count) for m in twin.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
     try:
         with torch.no_grad():
-            twin.decode(torch.empty(shape, device="meta"))
+            z = torch.empty(shape, device="meta")
+            twin.decode(z, *decode_args(twin, z))
     finally:
         for h in hooks:
             h.remove()

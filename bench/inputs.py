@@ -56,6 +56,18 @@ def family(upstream: Any):
     return families.of_module(upstream)
 
 
+def decode_args(upstream: Any, z: Any) -> tuple:
+    """What upstream's decode takes after ``z``, as this package passes it when left out: torch tensors like ``z``.
+
+    LTX's timestep-conditioned decoders take the decode timestep (0, their
+    pipelines' default); other families' decodes take nothing more.
+    """
+    import torch
+
+    values = family(upstream).decode_input_values(upstream.config, z.shape[0], {})
+    return tuple(torch.as_tensor(v, device=z.device, dtype=z.dtype) for v in values)
+
+
 def latent_channels(upstream: Any) -> int:
     """The channels of the latents ``upstream.decode`` takes (its family's rule)."""
     return family(upstream).latent_channels(upstream.config)

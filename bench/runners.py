@@ -16,7 +16,7 @@ import functools
 import time
 from typing import Any
 
-from bench.inputs import load_upstream, options
+from bench.inputs import decode_args, load_upstream, options
 from bench.systems import RECORDS, System, system
 
 # -- measurements shared by the jitted systems ---------------------------------
@@ -93,6 +93,7 @@ def _run_compiled(row: dict[str, Any], compiled, run, args: argparse.Namespace, 
 
 def bench_torchax(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
     import jax
+    import torch
 
     import cogvideox_torchax as ct
 
@@ -106,8 +107,10 @@ def bench_torchax(upstream, z, args: argparse.Namespace) -> dict[str, Any]:
     plan = getattr(vae, "plan", None)  # what our decode decided to do, where it says
     row: dict[str, Any] = {"load_s": t1 - t0, "compile_s": t2 - t1, "mesh": dict(vae.mesh.shape)}
     row["plan"] = plan.as_dict() if plan is not None else None
-    # The plan's own mesh and weights (a memory plan may move to more tp devices).
-    compiled, call_args = vae.prepare("decode", z)
+    # The plan's own mesh and weights (a memory plan may move to more tp devices); noise a decoder injects is
+    # drawn here, from the generator state the reference started from.
+    torch.manual_seed(args.seed)
+    compiled, call_args = vae.prepare("decode", z, vae.family.decode_input_values(vae.config, z.shape[0], {}))
     _run_compiled(row, compiled, lambda: jax.block_until_ready(compiled(*call_args)), args, t2, peak_before)
     return row
 
@@ -183,9 +186,12 @@ def bench_torch(system: System, upstream, z, args: argparse.Namespace) -> dict[s
         zt = zt.contiguous(memory_format=torch.channels_last_3d)
     t1 = time.perf_counter()
 
+    extra = decode_args(module, zt)
+
     def run():
+        torch.manual_seed(args.seed)  # a decoder injecting noise draws what the reference drew
         with torch.no_grad():
-            out = module.decode(zt).sample
+            out = module.decode(zt, *extra).sample
         if device == "cuda":
             torch.cuda.synchronize()
         return out

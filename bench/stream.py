@@ -167,11 +167,12 @@ def torch_placement(dtype: str) -> tuple[str, str]:
 def _torch(upstream, z, dest: Path, crf: int, preset: str | None) -> dict:
     import torch
 
+    from bench.inputs import decode_args
     from cogvideox_torchax.io.video import FrameWriter, to_uint8
 
     start = time.perf_counter()
     with torch.no_grad():
-        video = upstream.decode(z).sample
+        video = upstream.decode(z, *decode_args(upstream, z)).sample
     frames = to_uint8(video.float().cpu().numpy())  # the copy to the host waits for the GPU
     decoded = time.perf_counter() - start
     with FrameWriter(dest, "mp4", crf=crf, preset=preset) as writer:

@@ -268,6 +268,16 @@ def test_bench_decodes_another_family_without_the_flax_port():
     assert ours["analytic_conv_flops"] == torch_row["analytic_conv_flops"] == real
 
 
+def test_bench_decodes_a_timestep_conditioned_noise_injecting_vae_against_the_same_draws():
+    # LTX-Video 0.9.1's tiny config: upstream's decode takes the decode timestep (0, as its pipelines pass it) and
+    # injects noise from torch's generator; every compared call starts from the generator state the reference did.
+    report = _bench("--model", "random:ltx-tiny", "--shape", "2,2,3", "--repeats", "1", "--systems", "torchax,torch")
+    assert report["family"] == "ltx-video" and report["shape"] == [1, 8, 2, 2, 3]
+    ours, torch_row = report["results"]
+    assert ours["max_abs_err"] <= 1e-4 and torch_row["max_abs_err"] == 0
+    assert ours["analytic_conv_flops"] == torch_row["analytic_conv_flops"] > 0
+
+
 def test_a_flax_only_run_of_another_family_is_refused():
     import pytest
 
