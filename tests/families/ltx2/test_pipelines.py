@@ -160,36 +160,69 @@ def test_latent_upsample_pipeline_encodes_upsamples_and_decodes():
     assert_close(got, expected, atol=ATOL, label="LTX2LatentUpsamplePipeline")
 
 
-def test_hdr_and_dfr_pipelines_built_around_it():
+def test_hdr_pipeline_built_around_it():
     # LTX2HDRPipeline (HDR LoRA): a reference video encoded by the VAE, the decoded video mapped from LogC3 to linear
-    # light (values far past 1: judged relative to their size). LTX2DFRPipeline: one denoise pass with conditions;
-    # its keyframe slots need an LTX-2.5 transformer (a marker embedding), left out here.
-    from diffusers import LTX2DFRPipeline, LTX2HDRPipeline
+    # light (values far past 1: judged relative to their size).
+    from diffusers import LTX2HDRPipeline
     from diffusers.pipelines.ltx2.pipeline_ltx2_hdr_lora import LTX2HDRReferenceCondition
 
-    wrapped = ct.wrap(upstream_of(TINY, seed=2), mesh="dp=1,tp=1")
-    kwargs = dict(height=32, width=32, num_frames=9, output_type="pt", max_sequence_length=8)
-
     def hdr(vae):
-        torch.manual_seed(0)
         return LTX2HDRPipeline(**tiny_ltx2_components(vae))(
-            **ltx2_embeddings(), **kwargs, num_inference_steps=2, generator=torch.Generator().manual_seed(0),
+            **ltx2_embeddings(), height=32, width=32, num_frames=9, output_type="pt", max_sequence_length=8,
+            num_inference_steps=2, generator=torch.Generator().manual_seed(0),
             reference_conditions=[LTX2HDRReferenceCondition(frames=_video(), strength=1.0)]).frames
 
-    expected, got = hdr(upstream_of(TINY, seed=2)), hdr(wrapped)
+    expected, got = hdr(upstream_of(TINY, seed=2)), hdr(ct.wrap(upstream_of(TINY, seed=2), mesh="dp=1,tp=1"))
     scale = float(expected.abs().max())
     assert scale > 1 and float(expected.std()) > 0.05  # linear light, not a constant
     # fp32: the LogC3 inverse magnifies the decoder's 1e-6 by its slope (measured 3e-4 at a peak of ~50).
     assert_close(got, expected, atol=2e-5 * scale, label="LTX2HDRPipeline")
 
-    def dfr(vae):
-        return LTX2DFRPipeline(**tiny_ltx2_components(vae))(
-            **ltx2_embeddings(), **kwargs, generate_slots=False, sigmas=[1.0, 0.5],
-            generator=torch.Generator().manual_seed(0)).frames
 
-    got, expected = dfr(wrapped), dfr(upstream_of(TINY, seed=2))
-    assert float(expected.std()) > 0.05
-    assert_close(got, expected, atol=ATOL, label="LTX2DFRPipeline")
+def test_dfr_pass_with_keyframe_slots_then_its_temporal_refine():
+    # LTX2DFRPipeline's keyframe slots need a transformer with the keyframe marker (LTX-2.5's); its latent output
+    # (video, keyframes, their positions, audio) feeds LTX2DFRTemporalRefinePipeline, which doubles the frame rate
+    # through a temporal latent upsampler (its ancestral scheduler) and decodes 49 frames.
+    from diffusers import (
+        LTX2DFRPipeline,
+        LTX2DFRTemporalRefinePipeline,
+        LTX2VideoTransformer3DModel,
+        LTXEulerAncestralRFScheduler,
+    )
+    from diffusers.pipelines.ltx2.latent_upsampler import LTX2LatentUpsamplerModel
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        upsampler = LTX2LatentUpsamplerModel(in_channels=8, mid_channels=32, num_blocks_per_stage=1,
+                                             spatial_upsample=False, temporal_upsample=True).eval()
+        transformer = LTX2VideoTransformer3DModel(
+            in_channels=8, out_channels=8, num_attention_heads=2, attention_head_dim=8, cross_attention_dim=16,
+            vae_scale_factors=(8, 8, 8), audio_in_channels=4, audio_out_channels=4, audio_num_attention_heads=2,
+            audio_attention_head_dim=4, audio_cross_attention_dim=8, num_layers=1, caption_channels=32,
+            rope_double_precision=False, rope_type="split", use_keyframes_abs_pos_embedding=True,
+        ).eval()
+    kwargs = dict(height=32, width=32, sigmas=[1.0, 0.5], max_sequence_length=8)
+
+    def run(vae):
+        components = {**tiny_ltx2_components(vae), "transformer": transformer}
+        dfr = LTX2DFRPipeline(**components)
+        first = dfr(**ltx2_embeddings(), num_frames=9, generator=torch.Generator().manual_seed(0),
+                    output_type="pt", **kwargs).frames
+        held = dfr(**ltx2_embeddings(), num_frames=9, generator=torch.Generator().manual_seed(0),
+                   output_type="latent", **kwargs)
+        refine = LTX2DFRTemporalRefinePipeline(**{**components, "scheduler": LTXEulerAncestralRFScheduler(eta=0.5)},
+                                               temporal_latent_upsampler=upsampler)
+        second = refine(**ltx2_embeddings(), latents=held.frames, keyframes_latents=held.keyframes,
+                        keyframe_positions=held.keyframe_positions, audio_latents=held.audio, num_frames=25,
+                        generator=torch.Generator().manual_seed(0), output_type="pt", **kwargs).frames
+        return first, second
+
+    expected = run(upstream_of(TINY, seed=2))
+    got = run(ct.wrap(upstream_of(TINY, seed=2), mesh="dp=1,tp=1"))
+    for label, ours, theirs in zip(("LTX2DFRPipeline", "LTX2DFRTemporalRefinePipeline"), got, expected, strict=True):
+        assert float(theirs.std()) > 0.05, label
+        assert_close(ours, theirs, atol=ATOL, label=label)  # fp32: 1.1e-6 measured for both
+    assert expected[1].shape == (1, 49, 3, 32, 32)
 
 
 def test_diffusion_decode_pipeline_reads_the_statistics_of_the_wrapped_vae():
