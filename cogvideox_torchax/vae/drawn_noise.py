@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
+from cogvideox_torchax.parallel import distributed
 from cogvideox_torchax.vae import as_upstream
 
 
@@ -120,7 +121,10 @@ def draw(draw_shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device: Any
     """Draws of ``draw_shapes`` from torch's global generator for ``device``, as upstream's decode draws them.
 
     Or from a generator seeded as `seeded_calls` says. Returned as float32
-    host arrays (exact for any float dtype of 32 bits or fewer).
+    host arrays (exact for any float dtype of 32 bits or fewer). Under
+    jax.distributed, process 0's draws on every process (one broadcast), so
+    that the program's replicated inputs are the same everywhere whatever
+    each process's generator holds; every process must call it.
     """
     if not draw_shapes:
         return ()
@@ -130,8 +134,13 @@ def draw(draw_shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device: Any
         device = torch.device("cpu")
     if _SEED is not None:
         generator = torch.Generator(device).manual_seed(_SEED)
-    return tuple(torch.randn(s, generator=generator, device=device, dtype=dtype).float().cpu().numpy()
-                 for s in draw_shapes)
+    drawn = [torch.randn(s, generator=generator, device=device, dtype=dtype).float().cpu().numpy()
+             for s in draw_shapes]
+    if distributed.process_count() == 1:
+        return tuple(drawn)
+    flat = distributed.share_array(np.concatenate([a.reshape(-1) for a in drawn]))
+    ends = np.cumsum([a.size for a in drawn])
+    return tuple(part.reshape(a.shape) for part, a in zip(np.split(flat, ends[:-1]), drawn, strict=True))
 
 
 @contextmanager

@@ -98,6 +98,29 @@ def test_two_processes_decode_wan_as_one_process(tmp_path):
         assert_close(got, expected, atol=TOLERANCE, label=f"wan {name}: 2 processes vs upstream", check_dtype=False)
 
 
+def test_two_processes_decode_ltx_video_with_noise_as_process_0_would(tmp_path):
+    # LTX-Video 0.9.1's tiny config injects noise; each process's generator is seeded differently, and the
+    # program's replicated draws are process 0's on both (upstream from process 0's generator state).
+    from tests.support.two_process import NOISE_SEED, with_noise_shown
+
+    coordinator = f"127.0.0.1:{_free_port()}"
+    argv = [sys.executable, "-m", "tests.support.two_process", coordinator, "2"]
+    runs = run_processes([[*argv, str(i), str(tmp_path), "ltx-tiny"] for i in range(2)], cwd=ROOT, timeout=180)
+    for i, r in enumerate(runs):
+        assert r.returncode == 0, f"process {i} exited {r.returncode}: {r.stderr[-3000:]}"
+    upstream = with_noise_shown(ct.random_upstream("ltx-tiny", seed=0))
+    for name, z in (("batch", latents(4, seed=1, channels=8)), ("wide", latents(1, seed=2, channels=8))):
+        expected = {}
+        for seed in (NOISE_SEED, NOISE_SEED + 1):
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                expected[seed] = upstream.decode(torch.from_numpy(z), torch.zeros(z.shape[0])).sample
+        got = np.load(tmp_path / f"{name}.npy")
+        assert_close(got, expected[NOISE_SEED], atol=TOLERANCE, label=f"ltx-video {name}: 2 processes vs upstream",
+                     check_dtype=False)
+        assert np.abs(got - expected[NOISE_SEED + 1].numpy()).max() > 1e-2  # process 1's draws would show
+
+
 def test_a_missing_process_ends_with_one_line_not_a_hang(tmp_path):
     # Process 1 never starts: process 0 gives up after its timeout.
     start = time.monotonic()
