@@ -123,3 +123,21 @@ def test_the_latent_statistics_read_as_upstreams_buffers(ltx2_tiny_upstream, ltx
         assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
         assert_close(got, getattr(ltx2_tiny_upstream, name), atol=0, label=name)
     assert not hasattr(ltx2_tiny, "encoder")  # other tensors and submodules stay refused
+
+
+def test_noise_injection_is_drawn_as_upstream_draws_it():
+    # Neither release injects noise, but upstream's LTX-2 decoder can (decoder_inject_noise): from the same
+    # generator state, the same video, and the generator left where upstream leaves it.
+    upstream = upstream_of({**CONDITIONED, "decoder_inject_noise": [True, True, False, True]}, seed=4)
+    vae = ct.wrap(upstream, dtype="float32", mesh="dp=1,tp=1")
+    assert vae.family.draws_noise(vae.config)
+    z, temb = seeded_latents((1, 8, 2, 3, 2), seed=5), torch.tensor([0.2])
+    torch.manual_seed(6)
+    with torch.no_grad():
+        expected = upstream.decode(z, temb).sample
+    after_upstream = torch.randn(3)
+    torch.manual_seed(6)
+    got = vae.decode(z, temb).sample
+    assert torch.equal(torch.randn(3), after_upstream)
+    assert_close(got, expected, atol=1e-4, label="ltx2-tiny with noise")
+    assert (vae.decode(z, temb).sample - expected).abs().max() > 1e-2  # the next draws: another video
