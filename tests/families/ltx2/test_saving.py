@@ -1,4 +1,4 @@
-"""The wrapped LTX-2 VAE's `save_pretrained`: upstream's format, statistics kept, loaded back by upstream and us."""
+"""The wrapped LTX-2 and LTX-Video VAEs' `save_pretrained`: upstream's format, statistics kept, loaded back by both."""
 
 import json
 
@@ -36,3 +36,25 @@ def test_saved_vae_loads_in_upstream_and_ours_and_decodes_alike(tmp_path):
     assert_close(got, ours.decode(z).sample, atol=0.0, label="reloaded vs before saving")
     with torch.no_grad():
         assert_close(got, upstream.decode(z).sample, atol=1e-4, label="reloaded vs upstream's reloaded")
+
+
+def test_ltx_video_saved_and_loaded_back_by_upstream_and_ours(tmp_path):
+    from diffusers import AutoencoderKLLTXVideo
+
+    original = upstream_of({**preset_config("ltx-tiny"), "scaling_factor": 0.7}, seed=5)
+    ours = ct.wrap(original, mesh="dp=1,tp=1")
+    ours.save_pretrained(tmp_path / "vae")
+    config = json.loads((tmp_path / "vae" / "config.json").read_text())
+    assert config["_class_name"] == "AutoencoderKLLTXVideo" and config["decoder_inject_noise"] == [True] * 3 + [False]
+    upstream = AutoencoderKLLTXVideo.from_pretrained(tmp_path / "vae").eval()
+    for k, v in original.state_dict().items():  # the noise scales and statistics too, bit for bit
+        assert torch.equal(upstream.state_dict()[k], v), k
+    again = ct.from_pretrained(tmp_path / "vae", mesh="dp=1,tp=1")
+    assert again.family.name == "ltx-video"
+    z, temb = torch.randn((1, 8, 2, 3, 2), generator=torch.Generator().manual_seed(0)), torch.tensor([0.1])
+    torch.manual_seed(1)
+    got = again.decode(z, temb).sample
+    torch.manual_seed(1)
+    with torch.no_grad():
+        expected = upstream.decode(z, temb).sample
+    assert_close(got, expected, atol=1e-4, label="LTX-Video reloaded vs upstream's reloaded, same draws")
