@@ -58,16 +58,15 @@ def _parser() -> argparse.ArgumentParser:
         "--layout",
         default="auto",
         choices=("auto", "BCTHW", "BTCHW"),
-        help="latent layout; auto detects it from the model's latent channel count (Wan, LTX-2 and LTX-Video "
-        "models take (B, C, T, H, W) unless told BTCHW)",
+        help="latent layout; auto detects it from the model's latent channel count (each family as its pipelines "
+        f"hold latents: {options.by_family(lambda f: f.pipeline_layout)})",
     )
     p.add_argument(
         "--no-unscale",
         dest="unscale",
         action="store_false",
-        help="latents are already as vae.decode takes them (default: undo the pipeline's scaling as it does: CogVideoX "
-        "divides by config.scaling_factor, Wan multiplies by config.latents_std and adds config.latents_mean, LTX-2 "
-        "and LTX-Video multiply by the VAE's latents_std, divide by config.scaling_factor and add its latents_mean)",
+        help="latents are already as vae.decode takes them (default: undo the scaling of the model's pipelines, as "
+        f"each family's hold latents: {options.by_family(lambda f: f.normalization, '; ')})",
     )
     add_model_arguments(p)
     out = p.add_mutually_exclusive_group()  # one is needed unless --dry-run (DecodeConfig.from_args)

@@ -45,15 +45,15 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="HxW",
         help="scale to cover and centre-crop to this height x width, each a positive multiple of the model's spatial "
-        "factor (8; 16 for Wan 2.2 TI2V-5B, 32 for LTX-2 and LTX-Video) (default: centre-crop to the multiples below "
-        "the video's size)",
+        f"factor ({options.by_family(options.spatial_factors)}) (default: centre-crop to the multiples below the "
+        "video's size)",
     )
     p.add_argument(
         "--frames",
         type=int,
         default=None,
-        help="encode the first N frames, at least 1; Wan reads 4k+1 only, LTX-2 and LTX-Video 8k+1 (default: the "
-        "largest count available that decodes back to itself: CogVideoX 8k+1, Wan 4k+1, LTX 8k+1)",
+        help="encode the first N frames, at least 1, a count the model's encode reads (default: the largest count "
+        f"available that decodes back to itself: {options.by_family(_frame_rules)})",
     )
     p.add_argument(
         "--sample",
@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     add_model_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file (never a folder)")
     return options.with_shared_arguments(p)
+
+
+def _frame_rules(family) -> str:
+    # The counts that round-trip, by each published config of the family (its presets other than test ones).
+    return "/".join(sorted({family.frame_rule(c) for name, c in family.presets.items() if "tiny" not in name}))
 
 
 @dataclasses.dataclass(frozen=True)

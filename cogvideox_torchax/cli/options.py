@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cogvideox_torchax import spellings
 from cogvideox_torchax.cli import errors
@@ -196,6 +198,29 @@ def add_distributed_arguments(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds (> 0) to wait for every process to join (default 300), then exit 1 with one line",
     )
+
+
+def by_family(describe: Callable[[Any], str], separator: str = ", ") -> str:
+    """What each family's record says (``describe(family)``), families that say the same named together.
+
+    The commands' help is made from the records, so that a family added is
+    described without editing a help text.
+    """
+    from cogvideox_torchax import families
+
+    said: dict[str, list[str]] = {}
+    for family in families.FAMILIES.values():
+        said.setdefault(describe(family), []).append(family.title)
+    def named(titles: list[str]) -> str:
+        return titles[0] if len(titles) == 1 else f"{', '.join(titles[:-1])} and {titles[-1]}"
+
+    return separator.join(f"{named(titles)} {what}" for what, titles in said.items())
+
+
+def spatial_factors(family: Any) -> str:
+    """The spatial factors of a family's published configs (its presets other than test ones), as ``8`` or ``8/16``."""
+    scales = {family.spatial_scale(config) for name, config in family.presets.items() if "tiny" not in name}
+    return "/".join(str(s) for s in sorted(scales))
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
