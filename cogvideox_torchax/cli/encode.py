@@ -44,17 +44,19 @@ def _parser() -> argparse.ArgumentParser:
         "--size",
         default=None,
         metavar="HxW",
-        help="scale to cover and centre-crop to this height x width, each a positive multiple of the model's spatial "
-        f"factor ({options.by_family(options.spatial_factors)}) (default: centre-crop to the multiples below the "
-        "video's size)",
     )
+    p.help_when_shown("size", lambda: (
+        "scale to cover and centre-crop to this height x width, each a positive multiple of the model's spatial "
+        f"factor ({options.by_family(options.spatial_factors)}) (default: centre-crop to the multiples below the "
+        "video's size)"))
     p.add_argument(
         "--frames",
         type=int,
         default=None,
-        help="encode the first N frames, at least 1, a count the model's encode reads (default: the largest count "
-        f"available that decodes back to itself: {options.by_family(_frame_rules)})",
     )
+    p.help_when_shown("frames", lambda: (
+        "encode the first N frames, at least 1, a count the model's encode reads (default: the largest count "
+        f"available that decodes back to itself: {options.by_family(_frame_rules)})"))
     p.add_argument(
         "--sample",
         action="store_true",

@@ -39,6 +39,21 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(errors.EXIT_BAD_INPUT, f"error: {' '.join(message.split())} (see --help)\n")
 
+    def help_when_shown(self, dest: str, make: Callable[[], str]) -> None:
+        """``dest``'s help made by ``make`` when ``--help`` is shown, not when the parser is built.
+
+        For help read from the models' geometry, which imports diffusers and
+        torch: options are checked before any framework loads.
+        """
+        self.shown_help = {**getattr(self, "shown_help", {}), dest: make}
+
+    def format_help(self) -> str:  # noqa: D102 - argparse's
+        made = getattr(self, "shown_help", {})
+        for action in self._actions:
+            if action.dest in made:
+                action.help = made[action.dest]()
+        return super().format_help()
+
 
 def check_range(flag: str, value: float, low: float, high: float | None = None) -> None:
     """Refuses a numeric option outside ``[low, high]`` (or below ``low``), NaN and infinities included.
