@@ -5,10 +5,11 @@ way: the whole video in one call, no frame loop, no cache, the decode
 timestep of a timestep-conditioned decoder (0.9.1 and later) as
 ``decode(z, temb)``, latents normalised by the ``latents_mean`` and
 ``latents_std`` buffers. What differs is told by the config and the
-upstream class: its blocks (`config_check`), its modules (RMS norms with
-weights, no padding modes) and 0.9.1's noise injection, which upstream
-draws from torch's generator on every decode and this package draws as
-upstream does (`cogvideox_torchax.vae.drawn_noise`). Its pipelines
+upstream class: its blocks (`config_check`), its modules (diffusers'
+`RMSNorm` over channels moved last, no padding modes) and 0.9.1's noise
+injection, which upstream draws from torch's generator on every decode
+and this package draws as upstream does
+(`cogvideox_torchax.vae.drawn_noise`). Its pipelines
 (``LTXPipeline`` and its siblings) hold latents as LTX-2's do and run at 25
 frames per second.
 """
