@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from cogvideox_torchax.families import tiling
 from cogvideox_torchax.families.base import Family
 from cogvideox_torchax.families.ltx2 import config_check
 from cogvideox_torchax.families.ltx2.presets import PRESETS
@@ -145,26 +146,15 @@ class LTX2Video(Family):
                                             or height > module.tile_sample_min_height // ratio)
 
     def tiled_candidates(self, module: Any, latent_hw: tuple[int, int],
-                         counts: Sequence[int] = (2, 3, 4, 6, 8)) -> list[tuple[str, dict[str, Any]]]:
-        # Upstream's tiles step by 7/8 of their size (512 pixels, stride 448):
-        # tiles of t latents stepping by s = 7t/8 rounded, blended over t - s.
+                         counts: Sequence[int] = tiling.COUNTS) -> list[tuple[str, dict[str, Any]]]:
+        # Upstream's tiles step by 7/8 of their size (512 pixels, stride 448).
         # A last tile of one latent is left out: reflection padding (the
         # released decoder's) needs two, and upstream's own decode fails there.
-        ratio = module.spatial_compression_ratio
-        found, seen = [], set()
-        for k in counts:
-            tile = tuple(max(2, -(-n // k)) for n in latent_hw)
-            if tile in seen or (tile[0] >= latent_hw[0] and tile[1] >= latent_hw[1]):
-                continue
-            seen.add(tile)
-            stride = tuple(max(1, round(t * 7 / 8)) for t in tile)
-            if any((n - 1) % s == 0 and n > s for n, s in zip(latent_hw, stride, strict=True)):
-                continue
-            found.append((f"tiles of {tile[0]}x{tile[1]} latents", {
-                "tile_sample_min_height": tile[0] * ratio, "tile_sample_min_width": tile[1] * ratio,
-                "tile_sample_stride_height": stride[0] * ratio, "tile_sample_stride_width": stride[1] * ratio,
-            }))
-        return found
+        def one_latent_left(tile: tuple[int, int], stride: tuple[int, int]) -> bool:
+            return any((n - 1) % s == 0 and n > s for n, s in zip(latent_hw, stride, strict=True))
+
+        return tiling.strided_candidates(latent_hw, module.spatial_compression_ratio, fraction=7 / 8, smallest=2,
+                                         counts=counts, refused=one_latent_left)
 
     def normalization_source(self, vae: Any) -> Mapping[str, Any]:
         # The statistics are buffers, not config values: read from the weights.

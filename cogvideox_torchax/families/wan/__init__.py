@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from cogvideox_torchax.families import tiling
 from cogvideox_torchax.families.base import Family
 from cogvideox_torchax.families.wan import config_check
 from cogvideox_torchax.families.wan.presets import PRESETS
@@ -93,24 +94,10 @@ class Wan(Family):
                                             or height > module.tile_sample_min_height // ratio)
 
     def tiled_candidates(self, module: Any, latent_hw: tuple[int, int],
-                         counts: Sequence[int] = (2, 3, 4, 6, 8)) -> list[tuple[str, dict[str, Any]]]:
-        # Upstream's tiles step by 3/4 of their size (256 pixels, stride 192):
-        # tiles of t latents stepping by s = 3t/4 rounded, blended over t - s.
-        ratio = module.spatial_compression_ratio
-        if not isinstance(ratio, int):  # scale_factor_spatial null: upstream's tiling would divide by None
-            return []
-        found, seen = [], set()
-        for k in counts:
-            tile = tuple(max(4, -(-n // k)) for n in latent_hw)
-            if tile in seen or (tile[0] >= latent_hw[0] and tile[1] >= latent_hw[1]):
-                continue
-            seen.add(tile)
-            stride = tuple(max(1, round(t * 3 / 4)) for t in tile)
-            found.append((f"tiles of {tile[0]}x{tile[1]} latents", {
-                "tile_sample_min_height": tile[0] * ratio, "tile_sample_min_width": tile[1] * ratio,
-                "tile_sample_stride_height": stride[0] * ratio, "tile_sample_stride_width": stride[1] * ratio,
-            }))
-        return found
+                         counts: Sequence[int] = tiling.COUNTS) -> list[tuple[str, dict[str, Any]]]:
+        # Upstream's tiles step by 3/4 of their size (256 pixels, stride 192).
+        return tiling.strided_candidates(latent_hw, module.spatial_compression_ratio, fraction=3 / 4, smallest=4,
+                                         counts=counts)
 
     def from_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
         # As WanPipeline before vae.decode: latents / (1 / std) + mean.
