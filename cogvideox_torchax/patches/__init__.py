@@ -10,11 +10,11 @@ Each patch module declares its `base.Patch` records (``PATCHES``): the
 switch (a keyword of `RuntimeOptions`) and its documentation, its stage and
 what it follows, when it does not apply, its ``apply``, the compiler options
 it needs and the model families it patches. The modules here patch every
-family (``conv_bias``, ``silu``, ``nearest_upsample``,
+family (``conv_bias``, ``silu``, ``group_norm``, ``nearest_upsample``,
 ``shard_activations``) or hold what the families' own patches build on
 (`scan.scan_frames`, `tiling.decode_tiles`); each family's own patches live
 in its folder (`cogvideox_torchax.families.cogvideox.patches`,
-`cogvideox_torchax.families.wan.patches`). `registry.patches` finds them
+`cogvideox_torchax.families.wan.patches`, ...). `registry.patches` finds them
 all and derives the order; the run plan (`cogvideox_torchax.platforms.build`)
 reads only that, and the handbook's list of switches is generated from it.
 Importing this package patches nothing.

@@ -1,4 +1,9 @@
-"""`nn.GroupNorm` by the project's kernel (`kernels.group_norm`) under torchax; its statistics apart from their use."""
+"""`nn.GroupNorm` by the project's kernel (`kernels.group_norm`) under torchax; its statistics apart from their use.
+
+torchax lowers ``native_group_norm`` with its statistics in the input's
+dtype (bf16 means and variances); the kernel's are fp32. Every family whose
+module holds a `torch.nn.GroupNorm` takes it (CogVideoX's, HunyuanVideo's).
+"""
 
 from __future__ import annotations
 
@@ -47,6 +52,5 @@ PATCHES = (
         "Replace `nn.GroupNorm` with `kernels.group_norm` (fp32 statistics, no full-size fp32 copy). "
         "False keeps torchax's lowering of the upstream op, for comparison.",
         lambda m, plan, mesh: apply_group_norm(m),
-        families=("cogvideox",),
     ),
 )
