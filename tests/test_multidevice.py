@@ -22,7 +22,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GROUPS = {
     "cogvideox": ("tests/multidevice/test_sharding.py", "tests/multidevice/test_stream.py",
                   "tests/multidevice/test_planner_tp.py"),
-    "other-families": ("tests/multidevice/test_wan_sharding.py", "tests/multidevice/test_ltx2_sharding.py"),
+    "other-families": ("tests/multidevice/test_wan_sharding.py", "tests/multidevice/test_ltx2_sharding.py",
+                       "tests/multidevice/test_hunyuan_sharding.py"),
 }
 
 

@@ -101,6 +101,7 @@ class ModelOptions:
     seed: int
     max_memory: str
     target: str | None
+    untiled: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +145,8 @@ class RunOptions:
         # This module imports JAX: after every check that needs no framework.
         from cogvideox_torchax.memory import in_use
 
-        model = ModelOptions(args.model, args.subfolder, dtype, args.mesh, args.seed, str(args.max_memory), args.target)
+        model = ModelOptions(args.model, args.subfolder, dtype, args.mesh, args.seed, str(args.max_memory), args.target,
+                             args.untiled)
         joins = DistributedOptions(
             args.distributed, args.coordinator, args.num_processes, args.process_id, args.distributed_timeout
         )
@@ -260,6 +262,15 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--mesh", default=None, help="device mesh, e.g. dp=1,tp=8 (default: all devices on tp)")
     p.add_argument("--seed", type=int, default=0, help=f"seed for {RANDOM_PREFIX} models, 0 to 2^64-1 (default 0)")
+    windowed = [f.title for f in families.FAMILIES.values() if f.untiled_settings]
+    whole = [f.title for f in families.FAMILIES.values() if f.untiled_settings is not None and not f.untiled_settings]
+    p.add_argument(
+        "--untiled",
+        action="store_true",
+        help="the whole video through the decoder (encoder) at once, as upstream with its frame windows off: "
+        f"{' and '.join(windowed)} (whose default decode blends windows of frames, another video; "
+        f"{' and '.join(whole)} decode whole by default); other families have no windows to turn off (refused)",
+    )
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -354,4 +365,11 @@ def load_model(model: ModelOptions):
             subfolder = "vae"
         vae = ct.from_pretrained(model.model, subfolder=subfolder, dtype=model.dtype, mesh=mesh,
                                  max_memory=model.max_memory)
+    if model.untiled:
+        settings = vae.family.untiled_settings
+        if settings is None:
+            raise errors.UsageError(f"--untiled: {vae.family.title}'s decode and encode have no frame windows to "
+                                    "turn off (they are already whole, or walk frames with exact caches)")
+        for name, value in settings.items():
+            setattr(vae, name, value)
     return vae

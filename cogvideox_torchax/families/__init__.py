@@ -17,6 +17,8 @@ from typing import Any
 from cogvideox_torchax.families.base import Family
 from cogvideox_torchax.families.checks import ConfigError
 from cogvideox_torchax.families.cogvideox import COGVIDEOX
+from cogvideox_torchax.families.hunyuan import HUNYUAN
+from cogvideox_torchax.families.hunyuan.hunyuan15 import HUNYUAN15
 from cogvideox_torchax.families.ltx2 import LTX2
 from cogvideox_torchax.families.ltx2.ltx_video import LTX_VIDEO
 from cogvideox_torchax.families.wan import WAN
@@ -24,7 +26,8 @@ from cogvideox_torchax.families.wan import WAN
 __all__ = ["FAMILIES", "ConfigError", "Family", "UnsupportedModelError", "get", "of_config", "of_module",
            "of_preset", "preset_names"]
 
-FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in (COGVIDEOX, WAN, LTX2, LTX_VIDEO)})
+FAMILIES: Mapping[str, Family] = MappingProxyType(
+    {f.name: f for f in (COGVIDEOX, WAN, LTX2, LTX_VIDEO, HUNYUAN, HUNYUAN15)})
 
 # The family of a config that names no class: every config saved before the
 # second family was CogVideoX's.

@@ -47,6 +47,10 @@ class Family(abc.ABC):
             read from the VAE (LTX-2's ``latents_mean`` and ``latents_std``):
             the wrapped VAE answers them with host copies of its weights,
             where it refuses every other tensor.
+        untiled_settings: upstream's settings that turn its frame windows
+            off (the whole video through the decoder and encoder at once:
+            the commands' ``--untiled``); empty for a family whose default
+            decode is that already, None for one with no such decode.
     """
 
     name: str
@@ -61,6 +65,7 @@ class Family(abc.ABC):
     metadata_keys: tuple[str, ...]
     stream_needs: str | None
     pipeline_buffers: tuple[str, ...] = ()
+    untiled_settings: Mapping[str, Any] | None = None
 
     @property
     def upstream(self) -> type:

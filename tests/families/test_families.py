@@ -37,8 +37,8 @@ def test_every_preset_names_its_family_and_builds_it():
 def test_an_unknown_class_is_refused_naming_the_supported_ones(tmp_path):
     with pytest.raises(TypeError, match="AutoencoderKLCogVideoX or AutoencoderKLWan"):
         ct.wrap(torch.nn.Conv2d(3, 3, 1))
-    (tmp_path / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKLHunyuanVideo"}))
-    with pytest.raises(ct.ModelLoadError, match="'AutoencoderKLHunyuanVideo', not an AutoencoderKLCogVideoX or"):
+    (tmp_path / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKLMochi"}))
+    with pytest.raises(ct.ModelLoadError, match="'AutoencoderKLMochi', not an AutoencoderKLCogVideoX or"):
         model_files.read_config(tmp_path)
 
 
