@@ -56,8 +56,10 @@ class HunyuanVideo(Family):
         return config_check.spatial_scale(config)
 
     def frames_of(self, config: Any, latent_frames: int) -> int:
-        # Each time-doubling upsampler keeps the first frame and doubles the rest.
-        return 1 + config_check.temporal_scale(config) * (latent_frames - 1)
+        # Each time-doubling upsampler keeps the first frame and doubles the rest; past one window, upstream's
+        # default frame windows keep and crop by the config's ratio (the same count where the ratio is the
+        # decoder's own).
+        return config_check.windowed_frames(config, latent_frames)
 
     def frame_step(self, config: Any) -> int:
         return config_check.temporal_scale(config)

@@ -72,6 +72,30 @@ def temporal_scale(config: Mapping[str, Any]) -> int:
     return 2 ** sum(time for time, _ in decoder_resamples(config))
 
 
+# Upstream's default frame windows, in video frames: tile_sample_min_num_frames and tile_sample_stride_num_frames.
+WINDOW, WINDOW_STRIDE = 16, 12
+
+
+def windowed_frames(config: Mapping[str, Any], latent_frames: int) -> int:
+    """The frames upstream's default decode gives ``latent_frames`` latent frames (its windows as set by default).
+
+    Up to ``16 // ratio`` latent frames, one decoder call: ``1 + scale (T - 1)``.
+    Past them, windows of ``16 // ratio + 1`` latent frames every ``12 // ratio``,
+    each decoding to ``1 + scale (L - 1)`` frames; the first keeps 13, the
+    others drop their first and keep 12; the whole is cut to
+    ``(T - 1) ratio + 1``. ``ratio`` is the config's, ``scale`` the decoder's.
+    """
+    ratio, scale = merged(config)["temporal_compression_ratio"], temporal_scale(config)
+    size, stride = WINDOW // ratio, WINDOW_STRIDE // ratio
+    if latent_frames <= size or stride < 1:
+        return 1 + scale * (latent_frames - 1)
+    total = 0
+    for n, start in enumerate(range(0, latent_frames, stride)):
+        decoded = 1 + scale * (min(size + 1, latent_frames - start) - 1)
+        total += min(decoded, WINDOW_STRIDE + 1) if n == 0 else min(decoded - 1, WINDOW_STRIDE)
+    return min(total, (latent_frames - 1) * ratio + 1)
+
+
 def scale_warnings(config: Mapping[str, Any]) -> list[str]:
     """What a config's ratios say against its architecture, and what upstream does with them."""
     c = merged(config)

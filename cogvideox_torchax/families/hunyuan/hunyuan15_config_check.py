@@ -35,10 +35,15 @@ def merged(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**defaults(), **config}
 
 
+def _log2(v: float) -> float:
+    # np.log2, as upstream takes it: -inf at 0 (a ratio below another floors to 0).
+    return math.log2(v) if v > 0 else -math.inf
+
+
 def decoder_resamples(config: Mapping[str, Any]) -> list[tuple[bool, bool]]:
     """Each up block's (doubles time, doubles space), as upstream's decoder decides them."""
     c = merged(config)
-    space, time = math.log2(c["spatial_compression_ratio"]), math.log2(c["temporal_compression_ratio"])
+    space, time = _log2(c["spatial_compression_ratio"]), _log2(c["temporal_compression_ratio"])
     return [(i < time, i < space or i < time) for i in range(len(c["block_out_channels"]))]
 
 
@@ -46,8 +51,8 @@ def encoder_resamples(config: Mapping[str, Any]) -> list[tuple[bool, bool]]:
     """Each down block's (halves time, halves space), as upstream's encoder decides them."""
     c = merged(config)
     ratio_s, ratio_t = c["spatial_compression_ratio"], c["temporal_compression_ratio"]
-    space = math.log2(ratio_s)
-    return [(i < space and i >= math.log2(ratio_s // ratio_t), i < space) for i in range(len(c["block_out_channels"]))]
+    space = _log2(ratio_s)
+    return [(i < space and i >= _log2(ratio_s // ratio_t), i < space) for i in range(len(c["block_out_channels"]))]
 
 
 def spatial_scale(config: Mapping[str, Any]) -> int:
