@@ -77,6 +77,9 @@ STACK = (
     "tests/families/ltx2/test_decode.py::test_ltx2_tiny",
     "tests/families/ltx2/test_decode.py::test_a_timestep_conditioned",
     "tests/families/ltx2/test_encode.py",
+    "tests/families/hunyuan/test_decode.py::test_decode_is_upstreams_default_path",
+    "tests/families/hunyuan/test_encode.py::test_posterior_is_upstreams",
+    "tests/families/hunyuan/test_hunyuan15.py::test_decode_is_upstreams_whole_decode",
     # LTX-Video's noise: torch's generator and its function modes, as the stack's torch has them.
     "tests/families/ltx2/test_ltx_video.py::test_decode_with_noise",
     "tests/families/ltx2/test_ltx_video.py::test_encode",
@@ -99,6 +102,7 @@ STACK = (
     "tests/contracts/test_safety.py",
     "tests/families/wan/test_commands.py::test_pipeline_latents_decode_with_no_flags",
     "tests/families/ltx2/test_commands.py::test_pipeline_latents_decode_with_no_flags",
+    "tests/families/hunyuan/test_commands.py::test_pipeline_latents_decode_with_no_flags",
 )
 
 

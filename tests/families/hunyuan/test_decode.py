@@ -11,7 +11,7 @@ from tests.families.hunyuan.conftest import upstream_of
 from tests.support.parity import assert_close, psnr
 from tests.support.reference import seeded_latents, upstream_decode
 
-# Tiles of 3x4 latents stepping by 2x3 over a 5x7 latent frame: interior, edge and corner tiles of four shapes.
+# Tiles of 3x4 latents stepping by 2x3 over a 4x6 latent frame: a full tile, an edge tile of each side and a corner.
 TILING = {"tile_sample_min_height": 24, "tile_sample_min_width": 32,
           "tile_sample_stride_height": 16, "tile_sample_stride_width": 24}
 
@@ -53,13 +53,14 @@ def test_the_release_architecture_decodes_as_upstream():
     assert_close(got, upstream_decode(upstream, z), atol=1e-4, label="hunyuanvideo fp32 (1, 16, 5, 2, 2)")
 
 
-@pytest.mark.parametrize("frames", [2, 6])
-def test_spatial_tiles_as_upstream_within_and_without_windows(hunyuan_tiny_upstream, frames):
-    z = seeded_latents((1, 4, frames, 5, 7), seed=frames)
+def test_spatial_tiles_as_upstream_within_windows(hunyuan_tiny_upstream):
+    # Six latent frames: two windows, each tiled (upstream tiles inside each window).
+    frames = 6
+    z = seeded_latents((1, 4, frames, 4, 6), seed=frames)
     expected = _with(hunyuan_tiny_upstream, {"use_tiling": True, **TILING}, z)
     vae = ct.wrap(hunyuan_tiny_upstream, dtype="float32", mesh="dp=1,tp=1")
     vae.enable_tiling(**TILING)
-    assert vae.family.tiles(vae.module, (5, 7))
+    assert vae.family.tiles(vae.module, (4, 6))
     assert_close(vae.decode(z).sample, expected, atol=1e-4, label=f"hunyuan-tiny tiled, {frames} latent frames")
 
 
