@@ -269,7 +269,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the whole video through the decoder (encoder) at once, as upstream with its frame windows off: "
         f"{' and '.join(windowed)} (whose default decode blends windows of frames, another video; "
-        f"{' and '.join(whole)} decode whole by default); other families have no windows to turn off (refused)",
+        f"{' and '.join(whole)} {'decodes' if len(whole) == 1 else 'decode'} whole by default); other families "
+        "have no windows to turn off (refused)",
     )
 
 
