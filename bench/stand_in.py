@@ -86,8 +86,16 @@ def textured_video(frames: int, height: int, width: int, seed: int = 0, camera: 
     return out
 
 
+def _tiny_presets() -> dict[str, str]:
+    # Each family's tiny test preset, named in its record: "tiny" or "<something>-tiny".
+    from cogvideox_torchax import families
+
+    return {name: next(p for p in family.presets if p == "tiny" or p.endswith("-tiny"))
+            for name, family in families.FAMILIES.items()}
+
+
 # The preset whose upstream module `device_batches` reads each family's batches on (its tiny config).
-BATCH_PRESETS = {"cogvideox": "tiny", "wan": "wan-tiny"}
+BATCH_PRESETS = _tiny_presets()
 
 
 @functools.cache
@@ -96,7 +104,8 @@ def device_batches(family: str, frames: int) -> tuple[int, ...]:
 
     Read from the family's record (`Family.stream_batches` over
     `Family.frames_of`) on its tiny preset's upstream module: CogVideoX's 9,
-    then 8 a batch; Wan's 1, then 4.
+    then 8 a batch; Wan's 1, then 4; the families that decode in one call
+    (LTX, HunyuanVideo) the whole video.
 
     Raises:
         ValueError: an unknown family, or a frame count its videos cannot have.
@@ -250,8 +259,9 @@ def add_arguments(p: Any) -> None:
     g.add_argument("--content", default="pan", help="--stand-in: pan (the camera moves) and/or still, comma list")
     g.add_argument("--settings", default="default,before",
                    help="--stand-in: writer settings (bench.writer_settings.SETTINGS), comma list")
-    g.add_argument("--batches", default="cogvideox", help="--stand-in: the device's batches, comma list: cogvideox "
-                   "(9 frames, then 8) and/or wan (1 frame, then 4)")
+    g.add_argument("--batches", default="cogvideox", help="--stand-in: the device's batches, as a family's decode "
+                   "yields them (cogvideox: 9 frames, then 8; wan: 1, then 4), comma list of "
+                   f"{', '.join(BATCH_PRESETS)}")
     g.add_argument("--cores", default="2", help="--stand-in: cores given to the writer, comma list (first N)")
     g.add_argument("--rd-crfs", default="", help="--stand-in: crfs to encode each setting at too, for its size at "
                    "the 'before' setting's PSNR at --crf (e.g. 12,14,16,18,20,22)")

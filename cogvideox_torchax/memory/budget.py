@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from jax.sharding import Mesh
 
-from cogvideox_torchax.families.cogvideox import tiling as cogvideox_tiling
+from cogvideox_torchax.families import tiling as family_tiling
 from cogvideox_torchax.spellings import parse_memory  # noqa: F401  (part of this module's API)
 
 # Left free of every budget: XLA's memory analysis does not count the
@@ -27,7 +27,7 @@ from cogvideox_torchax.spellings import parse_memory  # noqa: F401  (part of thi
 SAFETY_MARGIN = 0.10
 
 # Tiles per axis of the candidate plans after the whole decode, in order.
-TILE_COUNTS = (2, 3, 4, 6, 8)
+TILE_COUNTS = family_tiling.COUNTS
 
 
 
@@ -196,15 +196,3 @@ def refused_bytes(error: BaseException) -> int | None:
 def human(n: int) -> str:
     """Bytes as GiB (or MiB below one GiB), for messages."""
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
-def tiled_candidates(
-    latent_hw: tuple[int, int], spatial_scale: int, overlaps: tuple[float, float] = (1 / 6, 1 / 5)
-) -> Iterator[Candidate]:
-    """CogVideoX's `enable_tiling` keywords for growing tile counts over a latent frame of ``latent_hw``.
-
-    `cogvideox_torchax.families.cogvideox.tiling.tiles` with `TILE_COUNTS`
-    (each family's planner candidates: `families.Family.tiled_candidates`).
-    """
-    for name, keywords in cogvideox_tiling.tiles(latent_hw, spatial_scale, overlaps, TILE_COUNTS):
-        yield Candidate(name, keywords, None)

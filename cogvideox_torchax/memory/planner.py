@@ -151,7 +151,7 @@ class Planner:
 
         Candidates in order of expected speed: the whole program (with the
         VAE's own tiling switches), then upstream's tiling with growing
-        tile counts (`budget.tiled_candidates`), then, when the mesh leaves
+        tile counts (`Family.tiled_candidates`), then, when the mesh leaves
         devices of its platform unused (one process), the whole program on
         meshes with more devices on ``tp`` (`budget.tp_candidates`; the
         weights are copied there when chosen). The first whose compiled
