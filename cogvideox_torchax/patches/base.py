@@ -73,8 +73,8 @@ class Patch:
             apply without them; setting it True with one of them False is
             an error).
         after: switches that, where applied, come before it.
-        why_not: why it does not apply to a placement, beyond the platform
-            profile's ``skips`` and ``requires``; None when it applies.
+        why_not: why it does not apply to a placement, beyond ``platforms``
+            and ``requires``; None when it applies.
         compiler_options: XLA options the placement's program needs with it.
         families: the model families it patches (`cogvideox_torchax.families`),
             None for every family (a leaf operation any module may hold).
@@ -83,6 +83,10 @@ class Patch:
             replacements (`registry.environment`).
         opt_in: for a switch the default leaves off on some placements, why
             it does there (None: on by default); set True, it applies there.
+        platforms: the platforms (`cogvideox_torchax.platforms.profiles`
+            names) it applies on; None for every platform.
+        platforms_why: why it does not apply on the others (what it was
+            measured on).
     """
 
     switch: str
@@ -96,6 +100,8 @@ class Patch:
     families: tuple[str, ...] | None = None
     overrides: Callable[[], Mapping[Any, Callable[..., Any]]] | None = None
     opt_in: Callable[[Placement], str | None] | None = None
+    platforms: tuple[str, ...] | None = None
+    platforms_why: str = ""
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -104,6 +110,11 @@ class Patch:
             raise ValueError(f"patch switch {self.switch!r} is not a Python identifier (it is a keyword argument)")
         if self.families is not None and (isinstance(self.families, str) or not self.families):
             raise ValueError(f"patch {self.switch!r}: families must be None or a non-empty tuple of family names")
+        if self.platforms is not None:
+            from cogvideox_torchax.platforms.profiles import PLATFORMS
+
+            if isinstance(self.platforms, str) or not set(self.platforms) <= set(PLATFORMS) or not self.platforms_why:
+                raise ValueError(f"patch {self.switch!r}: platforms must be a tuple of {PLATFORMS}, with platforms_why")
 
     def patches(self, family: str) -> bool:
         """Whether this patch applies to modules of the model family ``family``."""

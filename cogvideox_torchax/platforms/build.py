@@ -41,9 +41,8 @@ def conv_policy(placement: Placement, options: RuntimeOptions) -> ConvPolicy:
 
 def why_not(patch, placement: Placement, applied: frozenset[str]) -> str | None:
     """Why ``patch`` does not apply to ``placement`` after ``applied`` (None: it applies)."""
-    skipped = placement.profile.skips.get(patch.switch)
-    if skipped is not None:
-        return skipped
+    if patch.platforms is not None and placement.profile.name not in patch.platforms:
+        return patch.platforms_why
     why = patch.why_not(placement, applied)
     if why is not None:
         return why

@@ -1,7 +1,8 @@
 """One record per platform: every platform-dependent choice the plan and the patches read.
 
 The plan (`cogvideox_torchax.platforms.build`) and the patches never test a
-platform's name; they read its `PlatformProfile`. Adding a platform is one
+platform's name; they read its `PlatformProfile`, and a patch measured on
+some platforms only names them in its own record (`Patch.platforms`). Adding a platform is one
 record in `PROFILES`; a named accelerator of a known platform is one row of
 `cogvideox_torchax.platforms.accelerators`. The measurements behind each
 choice are in the handbook's design notes (docs/design.md, "Per-backend
@@ -40,7 +41,7 @@ BIAS_RULES = ("accumulator", "fused", "after rounding")
 
 @dataclasses.dataclass(frozen=True)
 class PlatformProfile:
-    """What one platform runs: convolution layout, bias rounding, split size, which patches apply.
+    """What one platform runs: convolution layout, bias rounding, split size, compiler options.
 
     Attributes:
         name: ``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``.
@@ -66,7 +67,6 @@ class PlatformProfile:
             full-size gather.
         keep_barriers: compiler options that keep the optimization barriers
             ``cache_first`` orders its conv caches with.
-        skips: switches that do not apply here, with why.
         compiler_options: XLA options every program of the platform is
             compiled with, whichever patches apply.
     """
@@ -80,7 +80,6 @@ class PlatformProfile:
     materialise_padded: bool = False
     block_broadcast: bool = False
     keep_barriers: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    skips: Mapping[str, str] = dataclasses.field(default_factory=dict)
     compiler_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -89,31 +88,11 @@ class PlatformProfile:
         if self.bias not in BIAS_RULES:
             raise ValueError(f"bias must be one of {BIAS_RULES}, got {self.bias!r}")
         object.__setattr__(self, "keep_barriers", MappingProxyType(dict(self.keep_barriers)))
-        object.__setattr__(self, "skips", MappingProxyType(dict(self.skips)))
         object.__setattr__(self, "compiler_options", MappingProxyType(dict(self.compiler_options)))
 
     def __hash__(self) -> int:
         return hash(self.name)
 
-
-_GPU_NO_TIME_TAPS = (
-    "GPU and TPU run each causal conv as one 3-D convolution; time taps only work around XLA:CPU's slow 3-D convolution"
-)
-_LAYOUTS_MEASURED = "measured on CUDA and TPU only (their compilers' layouts and memory)"
-_CUDA_ONLY = "measured on CUDA only (compiled for an H200)"
-_TPU_ONLY = "measured on TPU only (compiled for v6e)"
-# The CPU and ROCm (never compiled here) skip the patches measured only on CUDA and TPU.
-_ACCELERATOR_ONLY = {
-    "resample_conv3d": _LAYOUTS_MEASURED,
-    "time_chunks": _CUDA_ONLY,
-    "wan_resample_conv3d": _LAYOUTS_MEASURED,
-    "wan_attention_block": _LAYOUTS_MEASURED,
-    "wan_norm_input": _TPU_ONLY,
-    "wan_video_carry": "measured on CUDA and TPU only (their compilers' memory)",
-    "padded_cache": _CUDA_ONLY,
-    "wan_padded_cache": _CUDA_ONLY,
-    "zero_pad_reflection": _CUDA_ONLY,
-}
 
 PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
     p.name: p
@@ -124,41 +103,20 @@ PROFILES: Mapping[str, PlatformProfile] = MappingProxyType({
         PlatformProfile(
             "cpu", gpu=False, conv_layout="channels-last", bias="accumulator", max_conv_elements=None,
             keep_barriers=KEEP_BARRIERS_COMPILER_OPTIONS,
-            skips={
-                **_ACCELERATOR_ONLY,
-            },
         ),
         PlatformProfile(
             "cuda", gpu=True, conv_layout="channels-first", bias="fused", max_conv_elements=MAX_CONV_ELEMENTS,
             materialise_padded=True,
-            skips={
-                "time_tap_conv": _GPU_NO_TIME_TAPS,
-                "wan_time_taps": _GPU_NO_TIME_TAPS,
-                "wan_norm_input": _TPU_ONLY,
-            },
             compiler_options=GPU_SCHEDULE_COMPILER_OPTIONS,
         ),
         # Never compiled or run here: the CPU's layout and bias, the GPU's limit.
         PlatformProfile(
             "rocm", gpu=True, conv_layout="channels-last", bias="after rounding", max_conv_elements=MAX_CONV_ELEMENTS,
-            skips={
-                "time_tap_conv": _GPU_NO_TIME_TAPS,
-                "wan_time_taps": _GPU_NO_TIME_TAPS,
-                **_ACCELERATOR_ONLY,
-            },
         ),
         # Time chunks made the whole-chip program larger on TPU.
         PlatformProfile(
             "tpu", gpu=False, conv_layout="xla", bias="after rounding", max_conv_elements=MAX_CONV_ELEMENTS,
             split_per_device=True, materialise_padded=True, block_broadcast=True,
-            skips={
-                "time_tap_conv": _GPU_NO_TIME_TAPS,
-                "wan_time_taps": _GPU_NO_TIME_TAPS,
-                "time_chunks": _CUDA_ONLY,
-                "padded_cache": _CUDA_ONLY,
-                "wan_padded_cache": _CUDA_ONLY,
-                "zero_pad_reflection": _CUDA_ONLY,
-            },
         ),
     )
 })

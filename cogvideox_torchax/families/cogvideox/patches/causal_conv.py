@@ -259,6 +259,8 @@ PATCHES = (
         "and copying it (`causal_conv.CacheFirstCausalConv3d`). CUDA only.",
         lambda m, plan, mesh: apply_padded_cache(m),
         families=("cogvideox",),
+        platforms=("cuda",),
+        platforms_why="measured on CUDA only (compiled for an H200)",
         requires=("cache_first",),
     ),
     Patch(
@@ -267,6 +269,9 @@ PATCHES = (
         "(`causal_conv.TimeTapCausalConv3d`, ~1.5x faster convs on XLA:CPU). CPU and fp32 only.",
         lambda m, plan, mesh: apply_time_tap_conv(m),
         families=("cogvideox",),
+        platforms=("cpu",),
+        platforms_why="GPU and TPU run each causal conv as one 3-D convolution; time taps only work around "
+                      "XLA:CPU's slow 3-D convolution",
         requires=("cache_first",),
         why_not=_time_taps_why_not,
     ),

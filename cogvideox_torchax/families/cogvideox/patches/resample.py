@@ -120,6 +120,8 @@ PATCHES = (
         "on TPU the program needs less memory.",
         lambda m, plan, mesh: apply_resample_conv3d(m),
         families=("cogvideox",),
+        platforms=("cuda", "tpu"),
+        platforms_why="measured on CUDA and TPU only (their compilers' layouts and memory)",
         requires=("conv_bias",),
     ),
 )

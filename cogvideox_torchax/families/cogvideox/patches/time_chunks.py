@@ -237,6 +237,8 @@ PATCHES = (
         "20.40 -> 15.61 GiB, 2b at (1,16,13,60,90) 6.44 -> 5.80 GiB of temporaries).",
         lambda m, plan, mesh: apply_time_chunks(m),
         families=("cogvideox",),
+        platforms=("cuda",),
+        platforms_why="measured on CUDA only (compiled for an H200)",
         requires=("group_norm", "conv_bias", "cache_first", "low_res_spatial_norm"),
     ),
 )

@@ -36,6 +36,8 @@ PATCHES = (
         "(`kernels.reflect_pad`), which the compiler fuses into the input's producer, instead of one "
         "concatenation per padded axis, each a copy of the input. CUDA only.",
         lambda m, plan, mesh: apply_zero_pad_reflection(m),
+        platforms=("cuda",),
+        platforms_why="measured on CUDA only (compiled for an H200)",
         requires=("conv_bias",),
         families=("ltx2",),
     ),

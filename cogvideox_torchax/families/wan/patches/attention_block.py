@@ -73,6 +73,8 @@ PATCHES = (
         "ones NCDHW, and the block's 2-D convolutions and token-major attention cost activation transposes.",
         lambda m, plan, mesh: apply_attention_block(m),
         families=("wan",),
+        platforms=("cuda", "tpu"),
+        platforms_why="measured on CUDA and TPU only (their compilers' layouts and memory)",
         requires=("conv_bias", "wan_attention"),
     ),
 )

@@ -46,6 +46,8 @@ PATCHES = (
         "compiler otherwise fuses the norm's fp32 upcast and square into the producer and stores both in fp32.",
         lambda m, plan, mesh: apply_norm_input(m),
         families=("wan",),
+        platforms=("tpu",),
+        platforms_why="measured on TPU only (compiled for v6e)",
         after=("wan_rms_norm",),
     ),
 )

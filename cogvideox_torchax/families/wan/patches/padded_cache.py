@@ -128,6 +128,8 @@ PATCHES = (
         "(`padded_cache.PaddedCacheCausalConv`). CUDA only.",
         lambda m, plan, mesh: apply_padded_cache(m),
         families=("wan",),
+        platforms=("cuda",),
+        platforms_why="measured on CUDA only (compiled for an H200)",
         after=("wan_frame_scan", "wan_tail_chunks"),  # in front of the tail's forward, which calls no super()
     ),
 )

@@ -103,6 +103,8 @@ PATCHES = (
         "out NHWC and 3-D ones NCDHW, and the islands cost activation-sized transposes.",
         lambda m, plan, mesh: apply_resample_conv3d(m),
         families=("wan",),
+        platforms=("cuda", "tpu"),
+        platforms_why="measured on CUDA and TPU only (their compilers' layouts and memory)",
         requires=("conv_bias",),
     ),
 )

@@ -93,6 +93,8 @@ PATCHES = (
         "instead of stacking the steps' outputs and joining them after the loop (one video's worth less memory).",
         lambda m, plan, mesh: apply_video_carry(m),
         families=("wan",),
+        platforms=("cuda", "tpu"),
+        platforms_why="measured on CUDA and TPU only (their compilers' memory)",
         requires=("wan_frame_scan",),
     ),
 )

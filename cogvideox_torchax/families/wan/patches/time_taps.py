@@ -76,6 +76,9 @@ PATCHES = (
         "convolution is about half as fast. CPU and fp32 only.",
         lambda m, plan, mesh: apply_time_taps(m),
         families=("wan",),
+        platforms=("cpu",),
+        platforms_why="GPU and TPU run each causal conv as one 3-D convolution; time taps only work around "
+                      "XLA:CPU's slow 3-D convolution",
         after=("conv_bias",),
         why_not=_why_not,
         # The kernel's output barrier holds only where barriers are kept (the frame scan's is kept with it).
