@@ -60,10 +60,10 @@ class Family(abc.ABC):
     default_model: str
     patch_package: str
     fps: float
-    pipeline_layout: str
-    normalization: str
-    metadata_keys: tuple[str, ...]
-    stream_needs: str | None
+    pipeline_layout: str = "BCTHW"
+    normalization: str = "multiplied by config.scaling_factor"
+    metadata_keys: tuple[str, ...] = ("scaling_factor",)
+    stream_needs: str | None = None
     pipeline_buffers: tuple[str, ...] = ()
     untiled_settings: Mapping[str, Any] | None = None
 
@@ -88,13 +88,13 @@ class Family(abc.ABC):
                 bad key, its value and what it must be.
         """
 
-    @abc.abstractmethod
     def latent_channels(self, config: Any) -> int:
-        """The channels of the latents ``decode`` takes."""
+        """The channels of the latents ``decode`` takes (``config.latent_channels`` unless a family says otherwise)."""
+        return int(config["latent_channels"])
 
-    @abc.abstractmethod
     def video_channels(self, config: Any) -> int:
-        """The channels of the video ``encode`` takes and ``decode`` returns."""
+        """The channels of the video ``encode`` takes and ``decode`` returns (``config.in_channels``)."""
+        return int(config["in_channels"])
 
     @abc.abstractmethod
     def spatial_scale(self, config: Any) -> int:
@@ -115,25 +115,25 @@ class Family(abc.ABC):
         step = self.frame_step(config)
         return (available - 1) // step * step + 1
 
-    @abc.abstractmethod
     def frames_read(self, config: Any, frames: int) -> int:
-        """How many frames of a ``frames``-frame video upstream's encode reads (it may drop the last ones)."""
+        """How many frames of a ``frames``-frame video upstream's encode reads (it may drop the last ones; all)."""
+        return frames
 
-    @abc.abstractmethod
     def frame_rule(self, config: Any) -> str:
-        """The frame counts that round-trip, in words (``"8k+1"``)."""
+        """The frame counts that round-trip, in words (``"8k+1"``: the frame step's)."""
+        return f"{self.frame_step(config)}k+1"
 
     def pipeline_word(self) -> str:
         """What undoing the pipeline's scaling is called in summaries (``"unscaled"``, ``"denormalized"``)."""
         return "unscaled"
 
-    @abc.abstractmethod
     def unscaled_phrase(self, config: Any) -> str:
         """How messages say the pipeline's scaling was undone (``"after dividing by the scaling factor 0.7"``)."""
+        return f"after dividing by the scaling factor {float(config['scaling_factor']):g}"
 
-    @abc.abstractmethod
     def stream_batches(self, module: Any, latent_frames: int) -> list[tuple[int, int]]:
-        """Upstream's ``[start, stop)`` latent frame batches of the decode, in order."""
+        """Upstream's ``[start, stop)`` latent frame batches of the decode, in order (the whole video in one)."""
+        return [(0, latent_frames)]
 
     @abc.abstractmethod
     def decode_batch(self, module: Any, z: Any, cache: Any, first: bool, *inputs: Any) -> tuple[Any, Any]:
@@ -184,13 +184,20 @@ class Family(abc.ABC):
 
     # -- tiling -------------------------------------------------------------
 
-    @abc.abstractmethod
     def tiling_keywords(self, module: Any) -> dict[str, Any]:
-        """``enable_tiling`` keywords that reproduce ``module``'s tiling as set."""
+        """``enable_tiling`` keywords that reproduce ``module``'s tiling as set (its ``tile_sample_*`` attributes)."""
+        return {k: v for k, v in vars(module).items() if k.startswith("tile_sample_")}
 
-    @abc.abstractmethod
     def tiles(self, module: Any, latent_hw: tuple[int, int]) -> bool:
-        """Whether upstream's decode tiles latents of this frame size as ``module`` is set."""
+        """Whether upstream's decode tiles latents of this frame size as ``module`` is set.
+
+        By default as upstream's ``_decode`` tests it where tiles are sized in
+        video pixels: tiling on, and the latent frame larger than a tile.
+        """
+        height, width = latent_hw
+        ratio = module.spatial_compression_ratio
+        return bool(module.use_tiling) and (width > module.tile_sample_min_width // ratio
+                                            or height > module.tile_sample_min_height // ratio)
 
     @abc.abstractmethod
     def tiled_candidates(self, module: Any, latent_hw: tuple[int, int]) -> list[tuple[str, dict[str, Any]]]:
@@ -210,17 +217,20 @@ class Family(abc.ABC):
         """
         return vae.config
 
-    @abc.abstractmethod
     def from_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
-        """Latents ``(B, C, T, H, W)`` as the pipeline holds them -> what ``vae.decode`` takes (float32)."""
+        """Latents ``(B, C, T, H, W)`` as the pipeline holds them -> what ``vae.decode`` takes (float32).
 
-    @abc.abstractmethod
+        By default divided by ``config.scaling_factor``, as most pipelines write it.
+        """
+        return z / np.float32(config["scaling_factor"])
+
     def to_pipeline(self, z: np.ndarray, config: Any) -> np.ndarray:
         """Encoder latents ``(B, C, T, H, W)`` -> as the pipeline holds them (float32, still ``(B, C, T, H, W)``)."""
+        return z * np.float32(config["scaling_factor"])
 
-    @abc.abstractmethod
     def normalization_metadata(self, config: Any) -> dict[str, str]:
         """What the encode command records of the normalisation in the latents file's metadata."""
+        return {"scaling_factor": repr(float(config["scaling_factor"]))}
 
     # -- sharding -----------------------------------------------------------
 

@@ -40,12 +40,6 @@ class HunyuanVideo15(HunyuanVideo):
     def check_config(self, config: Mapping[str, Any], source: str = "config") -> None:
         config_check.check_config(config, source)
 
-    def latent_channels(self, config: Any) -> int:
-        return int(config_check.merged(config)["latent_channels"])
-
-    def video_channels(self, config: Any) -> int:
-        return int(config_check.merged(config)["in_channels"])
-
     def spatial_scale(self, config: Any) -> int:
         return config_check.spatial_scale(config)
 
