@@ -47,16 +47,19 @@ def _pad_tokens(x: jax.Array, to: int) -> jax.Array:
 
 
 def _block(tokens: int, wanted: int) -> int:
-    """The block size: ``tokens`` whole if it fits, else its largest divisor in ``(wanted / 4, wanted]``.
+    """The block size: ``tokens`` whole if it fits, else a divisor of it in ``(wanted / 4, wanted]``.
 
-    A divisor needs no padded copy of q, k and v (at 720p x 129 frames, 1.4 GB
-    in bf16); without one, ``wanted`` and the tail padded.
+    The largest such multiple of 8 (the accelerators' tile sizes), else the
+    largest divisor. A divisor needs no padded copy of q, k and v (at 720p x
+    129 frames, 1.4 GB in bf16); without one, ``wanted`` and the tail padded.
     """
     if tokens <= wanted:
         return tokens
-    for size in range(wanted, wanted // 4, -1):
-        if tokens % size == 0:
-            return size
+    low = wanted // 4
+    for step in (8, 1):
+        for size in range(wanted // step * step, low, -step):
+            if size > 0 and tokens % size == 0:
+                return size
     return wanted
 
 

@@ -1,8 +1,8 @@
 """`nn.GroupNorm` by the project's kernel (`kernels.group_norm`) under torchax; its statistics apart from their use.
 
 torchax lowers ``native_group_norm`` with its statistics in the input's
-dtype (bf16 means and variances); the kernel's are fp32. Every family whose
-module holds a `torch.nn.GroupNorm` takes it (CogVideoX's, HunyuanVideo's).
+dtype (bf16 means and variances); the kernel's are fp32. The families whose
+modules hold a `torch.nn.GroupNorm` take it (CogVideoX's, HunyuanVideo 1.0's).
 """
 
 from __future__ import annotations
@@ -52,5 +52,7 @@ PATCHES = (
         "Replace `nn.GroupNorm` with `kernels.group_norm` (fp32 statistics, no full-size fp32 copy). "
         "False keeps torchax's lowering of the upstream op, for comparison.",
         lambda m, plan, mesh: apply_group_norm(m),
+        # The families whose modules hold one: the others' plans do not list it.
+        families=("cogvideox", "hunyuan"),
     ),
 )

@@ -8,6 +8,7 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import prepare_causal_attention_mask
 
 from cogvideox_torchax.kernels.frame_causal_attention import (
+    _block,
     frame_causal_attention,
     frame_causal_attention_reference,
 )
@@ -19,16 +20,24 @@ def _qkv(shape, seed=0, dtype=jnp.float32):
     return tuple(jax.random.normal(k, shape, jnp.float32).astype(dtype) * 2 for k in keys)
 
 
-# (batch/heads, frames, tokens per frame, depth, query block, key block): blocks that split frames, blocks larger
-# than the video, a frame per block, one frame, odd everything, and 26 tokens that no block in (3, 12] divides
-# (the tail padded).
-CASES = [((1,), 5, 6, 8, 7, 5), ((2, 1), 3, 4, 16, 1024, 1024), ((1,), 4, 9, 8, 9, 9), ((2,), 1, 5, 4, 3, 3),
-         ((1, 2), 7, 3, 5, 4, 11), ((1,), 2, 13, 8, 12, 12)]
+# (batch/heads, frames, tokens per frame, depth, query block, key block), the blocks as `_block` takes them:
+# blocks of 5 splitting frames of 6, blocks larger than the video, a frame per block, one frame, blocks of 3 and 7
+# across frames of 3, and 26 tokens that no block in (3, 12] divides (blocks of 12, the tail padded).
+CASES = [((1,), 5, 6, 8, 5, 5), ((2, 1), 3, 4, 16, 1024, 1024), ((1,), 4, 9, 8, 9, 9), ((2,), 1, 6, 4, 3, 3),
+         ((1, 2), 7, 3, 5, 3, 7), ((1,), 2, 13, 8, 12, 12)]
+
+
+def test_block_sizes_divide_the_tokens_where_they_can():
+    assert _block(30, 5) == 5 and _block(21, 7) == 7 and _block(26, 12) == 12  # 26: padded
+    assert _block(475_200, 1024) == 960  # 720p x 129 frames: the largest multiple of 8 dividing it
+    assert _block(20, 1024) == 20
 
 
 @pytest.mark.parametrize(("lead", "frames", "per_frame", "depth", "block_q", "block_k"), CASES)
 def test_blockwise_equals_the_dense_mask(lead, frames, per_frame, depth, block_q, block_k):
-    q, k, v = _qkv((*lead, frames * per_frame, depth), seed=frames)
+    tokens = frames * per_frame
+    assert (_block(tokens, block_q), _block(tokens, block_k)) == (min(block_q, tokens), min(block_k, tokens))
+    q, k, v = _qkv((*lead, tokens, depth), seed=frames)
     got = frame_causal_attention(q, k, v, frame_tokens=per_frame, block_q=block_q, block_k=block_k)
     # fp32: online softmax against the dense one at highest precision, values up to ~6: 2.3e-6 seen.
     assert_close(got, frame_causal_attention_reference(q, k, v, frame_tokens=per_frame), atol=1e-5,
