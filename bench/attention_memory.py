@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row))
         else:
             print(f"{target}: {tokens:,} tokens ({'x'.join(map(str, latent))} latents) x {args.channels} channels, "
-                  f"{args.dtype}: ours temp {row['temp'] / GIB:.3f} GiB (q, k, v {row['arguments'] / GIB:.2f} GiB, "
+                  f"{args.dtype}: ours temp {row['temp'] / 2**20:.2f} MiB (q, k, v {row['arguments'] / GIB:.2f} GiB, "
                   f"out {row['output'] / GIB:.2f} GiB), compiled in {row['compile_s']} s; upstream's mask "
                   f"{theirs['mask'] / GIB:,.1f} GiB, with the math path's scores and weights "
                   f"{theirs['mask_scores_weights'] / GIB:,.1f} GiB")
