@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 MAX_INT = 2**31 - 1
@@ -48,6 +51,15 @@ class Checker:
     def require(self, key: str, ok: bool, must: str) -> None:
         if not ok:
             raise self.bad(key, must)
+
+
+@functools.cache
+def upstream_defaults(class_name: str) -> Mapping[str, Any]:
+    """The defaults of diffusers' ``class_name`` constructor: what a config may leave out (imports diffusers)."""
+    import diffusers
+
+    params = inspect.signature(getattr(diffusers, class_name).__init__).parameters
+    return MappingProxyType({k: v.default for k, v in params.items() if k != "self"})
 
 
 def check_builds(upstream: type, merged: Mapping[str, Any], source: str) -> None:

@@ -32,7 +32,7 @@ class HunyuanVideo15(HunyuanVideo):
     class_name = "AutoencoderKLHunyuanVideo15"
     presets = HUNYUAN15_PRESETS
     default_model = "hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v"
-    # The frame rate diffusers' HunyuanVideo 1.5 image-to-video example exports at.
+    # The frame rate diffusers' HunyuanVideo 1.5 image-to-video example exports at (its text-to-video one: 15).
     fps = 24.0
     # Its default decode is already the whole video in one call: nothing to turn off.
     untiled_settings = MappingProxyType({})

@@ -9,30 +9,26 @@ log2 of ``temporal_compression_ratio``.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from cogvideox_torchax.families.checks import MAX_INT, Checker, check_builds, finite, positive_int
+from cogvideox_torchax.families.checks import (
+    MAX_INT,
+    Checker,
+    check_builds,
+    finite,
+    positive_int,
+    upstream_defaults,
+)
 
 CLASS_NAME = "AutoencoderKLHunyuanVideo15"
 
 
-@functools.cache
-def defaults() -> dict[str, Any]:
-    """Upstream's defaults for the keys a config may leave out (the release's values)."""
-    from diffusers import AutoencoderKLHunyuanVideo15
-
-    params = inspect.signature(AutoencoderKLHunyuanVideo15.__init__).parameters
-    return {k: v.default for k, v in params.items() if k != "self"}
-
-
 def merged(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` over upstream's defaults."""
-    return {**defaults(), **config}
+    """``config`` over upstream's defaults (the release's values)."""
+    return {**upstream_defaults(CLASS_NAME), **config}
 
 
 def _log2(v: float) -> float:

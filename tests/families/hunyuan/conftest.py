@@ -4,6 +4,8 @@ import pytest
 import torch
 
 import cogvideox_torchax as ct
+from tests.support.parity import psnr
+from tests.support.reference import seeded_latents, upstream_decode
 
 
 def perturbed(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -65,3 +67,25 @@ def hunyuan15_tiny_upstream():
 @pytest.fixture(scope="session")
 def hunyuan15_tiny(hunyuan15_tiny_upstream):
     return ct.wrap(hunyuan15_tiny_upstream, dtype="float32", mesh="dp=1,tp=1")
+
+
+def pooled_bf16_psnr(build, shape: tuple[int, ...], label: str, seeds: int = 4) -> tuple[float, float]:
+    """(ours, upstream's) bf16 decode PSNR against upstream's fp32, pooled over ``seeds`` models ``build(seed)``.
+
+    Pooled: at the tiny widths one model's bf16 PSNR swings about 1.5 dB with
+    where single roundings fall, for upstream's bf16 and ours alike.
+    """
+    reference, theirs, ours = [], [], []
+    for seed in range(seeds):
+        upstream = build(seed)
+        z = seeded_latents(shape, seed)
+        reference.append(upstream_decode(upstream, z))
+        theirs.append(upstream_decode(upstream.to(torch.bfloat16), z.to(torch.bfloat16)).float())
+        upstream.to(torch.float32)
+        decoded = ct.wrap(upstream, dtype="bfloat16", mesh="dp=1,tp=1").decode(z).sample
+        assert decoded.dtype == torch.bfloat16 and torch.isfinite(decoded).all()
+        ours.append(decoded.float())
+    reference, theirs, ours = (torch.cat(x) for x in (reference, theirs, ours))
+    ours_db, theirs_db = psnr(ours, reference), psnr(theirs, reference)
+    print(f"[psnr] {label} bf16, {seeds} seeds: ours {ours_db:.2f} dB, upstream torch {theirs_db:.2f} dB vs fp32")
+    return ours_db, theirs_db

@@ -7,8 +7,8 @@ import torch
 
 import cogvideox_torchax as ct
 from cogvideox_torchax.config import preset_config
-from tests.families.hunyuan.conftest import upstream_of
-from tests.support.parity import assert_close, psnr
+from tests.families.hunyuan.conftest import pooled_bf16_psnr, upstream_of
+from tests.support.parity import assert_close
 from tests.support.reference import seeded_latents, upstream_decode
 
 # Tiles of 3x4 latents stepping by 2x3 over a 4x6 latent frame: a full tile, an edge tile of each side and a corner.
@@ -78,21 +78,9 @@ def test_the_untiled_decode_is_upstreams_decoder_on_the_whole_video(hunyuan_tiny
 
 
 def test_bf16_psnr_at_least_upstreams_own_bf16():
-    # Against upstream's fp32 decode, pooled over four seeded models and latents: at the tiny width one model's
-    # bf16 PSNR swings +-1.5 dB with where single roundings fall, for upstream's bf16 and ours alike.
-    reference, theirs, ours = [], [], []
-    for seed in range(4):
-        upstream = upstream_of(preset_config("hunyuanvideo-tiny"), seed=seed)
-        z = seeded_latents((1, 4, 6, 3, 3), seed)
-        reference.append(upstream_decode(upstream, z))
-        theirs.append(upstream_decode(upstream.to(torch.bfloat16), z.to(torch.bfloat16)).float())
-        upstream.to(torch.float32)
-        decoded = ct.wrap(upstream, dtype="bfloat16", mesh="dp=1,tp=1").decode(z).sample
-        assert decoded.dtype == torch.bfloat16 and torch.isfinite(decoded).all()
-        ours.append(decoded.float())
-    reference, theirs, ours = (torch.cat(x) for x in (reference, theirs, ours))
-    ours_db, theirs_db = psnr(ours, reference), psnr(theirs, reference)
-    print(f"[psnr] hunyuan-tiny bf16, 4 seeds: ours {ours_db:.2f} dB, upstream torch {theirs_db:.2f} dB vs fp32")
+    # Against upstream's fp32 decode, pooled over four seeded models and latents (`pooled_bf16_psnr`).
+    ours_db, theirs_db = pooled_bf16_psnr(lambda seed: upstream_of(preset_config("hunyuanvideo-tiny"), seed=seed),
+                                          (1, 4, 6, 3, 3), "hunyuan-tiny")
     assert ours_db >= theirs_db - 0.5
 
 

@@ -8,8 +8,8 @@ import torch
 import cogvideox_torchax as ct
 from cogvideox_torchax import families
 from cogvideox_torchax.config import preset_config
-from tests.families.hunyuan.conftest import upstream15_of
-from tests.support.parity import assert_close, psnr
+from tests.families.hunyuan.conftest import pooled_bf16_psnr, upstream15_of
+from tests.support.parity import assert_close
 from tests.support.reference import seeded_latents, upstream_decode
 
 TINY = preset_config("hunyuanvideo15-tiny")
@@ -61,20 +61,9 @@ def test_encode_is_upstreams_posterior(hunyuan15_tiny_upstream, hunyuan15_tiny, 
 
 
 def test_bf16_psnr_at_least_upstreams_own_bf16():
-    # Pooled over four seeded models and latents, as 1.0's (one tiny model's bf16 PSNR swings with its roundings).
-    reference, theirs, ours = [], [], []
-    for seed in range(4):
-        upstream = upstream15_of(TINY, seed=seed)
-        z = seeded_latents((1, 4, 4, 3, 3), seed)
-        reference.append(upstream_decode(upstream, z))
-        theirs.append(upstream_decode(upstream.to(torch.bfloat16), z.to(torch.bfloat16)).float())
-        upstream.to(torch.float32)
-        decoded = ct.wrap(upstream, dtype="bfloat16", mesh="dp=1,tp=1").decode(z).sample
-        assert decoded.dtype == torch.bfloat16 and torch.isfinite(decoded).all()
-        ours.append(decoded.float())
-    reference, theirs, ours = (torch.cat(x) for x in (reference, theirs, ours))
-    ours_db, theirs_db = psnr(ours, reference), psnr(theirs, reference)
-    print(f"[psnr] hunyuan15-tiny bf16, 4 seeds: ours {ours_db:.2f} dB, upstream torch {theirs_db:.2f} dB vs fp32")
+    # Against upstream's fp32 decode, pooled over four seeded models and latents (`pooled_bf16_psnr`).
+    ours_db, theirs_db = pooled_bf16_psnr(lambda seed: upstream15_of(TINY, seed=seed), (1, 4, 4, 3, 3),
+                                          "hunyuan15-tiny")
     assert ours_db >= theirs_db - 0.5
 
 
