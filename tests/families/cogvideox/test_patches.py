@@ -16,13 +16,13 @@ from cogvideox_torchax._torch_compat import import_torchax
 from cogvideox_torchax.families.cogvideox.patches import (
     causal_conv,
     frame_scan,
-    group_norm,
     safe_conv,
     spatial_norm,
     tiling,
     time_chunks,
 )
 from cogvideox_torchax.families.cogvideox.patches.spatial_norm import LowResSpatialNorm3D
+from cogvideox_torchax.patches import group_norm
 from tests.support.parity import assert_close
 from tests.support.reference import upstream_decode
 
