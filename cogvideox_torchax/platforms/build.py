@@ -2,7 +2,7 @@
 
 `build_plan` walks a model family's patches in their order of application
 (`cogvideox_torchax.patches.registry`) and keeps each whose switch is on, or
-on auto where it applies: where the platform's profile does not skip it,
+on auto where it applies: where its record's platforms take it,
 the patch's own condition holds and what it requires was applied before
 it. `apply_plan` patches a module with the result.
 """
