@@ -15,6 +15,7 @@ from jax.sharding import Mesh
 
 from cogvideox_torchax import families
 from cogvideox_torchax._torch_compat import import_torchax
+from cogvideox_torchax.parallel import sharding
 from cogvideox_torchax.patches import registry
 from cogvideox_torchax.platforms.build import apply_plan
 from cogvideox_torchax.platforms.run_plan import RunPlan
@@ -55,6 +56,7 @@ class Program:
         apply_plan(module, plan, mesh)
         self.module = module
         self.plan = plan
+        self.mesh = mesh
         self.family = families.of_module(module)
         self._jittable = interop.JittableModule(module)
         self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
@@ -84,10 +86,23 @@ class Program:
                 inputs_t, noise_t = self._split(inputs_t)
                 with self._noise(kind, noise_t):
                     out = self._jittable.functional_call(method, weights_t, {}, x_t, *inputs_t, **kwargs)
-            out = env.t2j_iso(out[0] if isinstance(out, tuple) else out)
+            out = self._whole_width_if_uneven(env.t2j_iso(out[0] if isinstance(out, tuple) else out))
             return to_frames(out) if kind == "frames" else out
 
         return run
+
+    def _whole_width_if_uneven(self, out: jax.Array) -> jax.Array:
+        """A ``(B, C, T, H, W)`` result whose width ``tp`` does not divide, constrained whole in width.
+
+        Left free, XLA may give it a tiling over part of ``tp`` (width 20 over
+        8 devices: 4 tiles, each on 2) that jax 0.12 cannot express on the
+        mesh when it compiles the program (``IndivisibleError``). Widths that
+        divide are left as they were: their programs do not change.
+        """
+        tp = self.mesh.shape["tp"]
+        if self.mesh.size == 1 or out.shape[-1] % tp == 0:
+            return out
+        return jax.lax.with_sharding_constraint(out, sharding.input_sharding(out.shape, self.mesh))
 
     def _split(self, inputs: tuple) -> tuple[tuple, tuple]:
         # The decode inputs (one value per video), then the noise draws.
@@ -115,6 +130,7 @@ class Program:
                     out, new_cache = self._jittable.functional_call(decode_batch, weights_t, {}, z_t, cache_t,
                                                                     inputs_t)
             out, new_cache = env.t2j_iso((out, new_cache if cache_out else None))
+            out = self._whole_width_if_uneven(out)
             if output == "frames":
                 return to_frames(out), new_cache
             return (out, jax.numpy.isfinite(out).all(axis=(1, 2, 3, 4))), new_cache

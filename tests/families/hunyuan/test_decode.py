@@ -85,8 +85,8 @@ def test_bf16_psnr_at_least_upstreams_own_bf16():
 
 
 def _convolutions(text: str) -> int:
-    # Compiled: the convolutions themselves; lowered: the calls of the (jitted) convolution and norm kernels.
-    return sum("convolution" in line or " call @" in line for line in text.splitlines())
+    # The compiled program's convolutions (a lowered one calls its jitted kernels, inlined or not by the stack).
+    return sum("convolution(" in line for line in text.splitlines())
 
 
 def test_one_program_whatever_the_length(hunyuan_tiny):
@@ -102,6 +102,6 @@ def test_without_the_window_patch_the_program_grows(hunyuan_tiny_upstream, hunyu
     # The check above could fail: upstream's own loop traced is one decoder per window.
     vae = ct.wrap(hunyuan_tiny_upstream, dtype="float32", mesh="dp=1,tp=1",
                   options=ct.RuntimeOptions(hunyuan_frame_windows=False))
-    ours = [_convolutions(hunyuan_tiny.lower_decode((1, 4, t, 2, 2)).as_text()) for t in (5, 17)]
-    theirs = [_convolutions(vae.lower_decode((1, 4, t, 2, 2)).as_text()) for t in (5, 17)]
+    ours = [_convolutions(hunyuan_tiny.compile_decode((1, 4, t, 2, 2)).as_text()) for t in (5, 17)]
+    theirs = [_convolutions(vae.compile_decode((1, 4, t, 2, 2)).as_text()) for t in (5, 17)]
     assert ours[0] == ours[1] and theirs[1] > 2 * theirs[0]
