@@ -19,24 +19,10 @@ from cogvideox_torchax.encode import main as encode
 from cogvideox_torchax.io.video import read_mp4
 from tests.families.hunyuan.conftest import upstream_of
 from tests.support.cli import assert_bad_input
+from tests.support.command_inputs import frames_folder, pipeline_latents
 from tests.support.parity import assert_close
 
 SCALING = 0.7
-
-
-def _pipeline_latents(shape, seed=0):
-    # As HunyuanVideoPipeline holds them before decoding: (B, C, T, H, W), multiplied by the scaling factor.
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _frames_folder(path, count, size, seed=1):
-    from PIL import Image
-
-    path.mkdir()
-    frames = (np.random.default_rng(seed).random((count, *size, 3)) * 255).astype(np.uint8)
-    for i, f in enumerate(frames):
-        Image.fromarray(f).save(path / f"{i:03d}.png")
-    return frames
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +52,7 @@ def _upstream_decode(upstream, z, **settings):
 def test_pipeline_latents_decode_with_no_flags_and_untiled(saved, tmp_path, capsys):
     upstream, folder = saved
     # Six latent frames: upstream's default decode takes two windows.
-    z = _pipeline_latents((1, 4, 6, 3, 4))
+    z = pipeline_latents((1, 4, 6, 3, 4))
     save_file({"latents": z}, str(tmp_path / "z.safetensors"))
     assert decode([str(tmp_path / "z.safetensors"), *_model(folder), "-o", str(tmp_path / "v.npy"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -86,7 +72,7 @@ def test_pipeline_latents_decode_with_no_flags_and_untiled(saved, tmp_path, caps
 
 def test_encode_then_decode_round_trips_to_mp4(saved, tmp_path, capsys):
     upstream, folder = saved
-    frames = _frames_folder(tmp_path / "frames", 9, (16, 24))
+    frames = frames_folder(tmp_path / "frames", 9, (16, 24))
     assert encode([str(tmp_path / "frames"), *_model(folder), "-o", str(tmp_path / "z.safetensors"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["latents_shape"] == [1, 4, 3, 2, 3] and summary["video_shape"] == [1, 3, 9, 16, 24]
@@ -109,7 +95,7 @@ def test_encode_then_decode_round_trips_to_mp4(saved, tmp_path, capsys):
 def test_many_latents_as_one_each(saved, tmp_path):
     _, folder = saved
     for i, t in enumerate((1, 5, 5)):
-        save_file({"latents": _pipeline_latents((1, 4, t, 2, 3), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
+        save_file({"latents": pipeline_latents((1, 4, t, 2, 3), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
     out = tmp_path / "out"
     assert decode([str(tmp_path), *_model(folder), "--output-dir", str(out), "--format", "npy", "-q"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["z0.npy", "z1.npy", "z2.npy"]
@@ -120,10 +106,10 @@ def test_many_latents_as_one_each(saved, tmp_path):
 
 def test_wrong_channels_and_untiled_elsewhere_are_refused(tmp_path, capsys):
     tiny = ["--model", "random:hunyuanvideo-tiny", "--mesh", "dp=1,tp=1", "--no-compile-cache"]
-    save_file({"latents": _pipeline_latents((1, 16, 2, 3, 4))}, str(tmp_path / "w.safetensors"))
+    save_file({"latents": pipeline_latents((1, 16, 2, 3, 4))}, str(tmp_path / "w.safetensors"))
     assert_bad_input(decode, tmp_path, capsys, [str(tmp_path / "w.safetensors"), *tiny, "-o", str(tmp_path / "o.npy")],
                      r"latents shape \(1, 16, 2, 3, 4\) has no dimension with the model's 4 channels")
-    save_file({"latents": _pipeline_latents((1, 16, 2, 3, 4))}, str(tmp_path / "x.safetensors"))
+    save_file({"latents": pipeline_latents((1, 16, 2, 3, 4))}, str(tmp_path / "x.safetensors"))
     wan = ["--model", "random:wan-tiny", "--mesh", "dp=1,tp=1", "--untiled", "-o", str(tmp_path / "o.npy")]
     assert_bad_input(decode, tmp_path, capsys, [str(tmp_path / "x.safetensors"), *wan],
                      "--untiled: Wan's decode and encode have no frame windows to turn off")
@@ -135,7 +121,7 @@ def test_hunyuan15_pipeline_latents_decode_with_no_flags_and_round_trip(tmp_path
     upstream = upstream15_of({**preset_config("hunyuanvideo15-tiny"), "scaling_factor": SCALING}, seed=3)
     upstream.save_pretrained(tmp_path / "vae15")
     model = _model(tmp_path / "vae15")
-    z = _pipeline_latents((1, 4, 3, 3, 4), seed=5)
+    z = pipeline_latents((1, 4, 3, 3, 4), seed=5)
     save_file({"latents": z}, str(tmp_path / "z.safetensors"))
     # --untiled is its default decode already: taken, the same video.
     for flags, out in (([], "v.npy"), (["--untiled"], "u.npy")):
@@ -145,7 +131,7 @@ def test_hunyuan15_pipeline_latents_decode_with_no_flags_and_round_trip(tmp_path
     assert_close(np.load(tmp_path / "v.npy"), expected[0], atol=1e-4, label="1.5 CLI vs upstream, fp32")
     np.testing.assert_array_equal(np.load(tmp_path / "u.npy"), np.load(tmp_path / "v.npy"))
     # 4k+1 frames do not round-trip at the tiny config's 2x time: 2k+1 frames do; back to mp4 at 24 fps.
-    _frames_folder(tmp_path / "frames", 5, (8, 12))
+    frames_folder(tmp_path / "frames", 5, (8, 12))
     capsys.readouterr()
     assert encode([str(tmp_path / "frames"), *model, "-o", str(tmp_path / "e.safetensors"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["latents_shape"] == [1, 4, 3, 2, 3]

@@ -21,26 +21,12 @@ from cogvideox_torchax.encode import main as encode
 from cogvideox_torchax.io.video import read_mp4
 from tests.families.ltx2.conftest import CONDITIONED, upstream_of
 from tests.support.cli import assert_bad_input
+from tests.support.command_inputs import frames_folder, pipeline_latents
 from tests.support.parity import assert_close
 
 LTX2 = ["--model", "random:ltx2-tiny", "--mesh", "dp=1,tp=1", "--no-compile-cache"]
 # The saved model's scaling factor (LTX-2's releases use 1.0: this one must show).
 SCALING = 0.7
-
-
-def _pipeline_latents(shape, seed=0):
-    # As LTX2Pipeline holds them before decoding: (B, C, T, H, W), normalised per channel.
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _frames_folder(path, count, size, seed=1):
-    from PIL import Image
-
-    path.mkdir()
-    frames = (np.random.default_rng(seed).random((count, *size, 3)) * 255).astype(np.uint8)
-    for i, f in enumerate(frames):
-        Image.fromarray(f).save(path / f"{i:03d}.png")
-    return frames
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +56,7 @@ def _upstream_decode(upstream, z):
 def test_pipeline_latents_decode_with_no_flags(saved, tmp_path, capsys):
     upstream, folder = saved
     model = ["--model", str(folder), "--mesh", "dp=1,tp=1", "--no-compile-cache"]
-    z = _pipeline_latents((1, 8, 2, 3, 4))
+    z = pipeline_latents((1, 8, 2, 3, 4))
     save_file({"latents": z}, str(tmp_path / "z.safetensors"))
     assert decode([str(tmp_path / "z.safetensors"), *model, "-o", str(tmp_path / "v.npy"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -91,7 +77,7 @@ def test_encode_then_decode_round_trips_at_8k_plus_1_frames(saved, tmp_path, cap
     upstream, folder = saved
     model = ["--model", str(folder), "--mesh", "dp=1,tp=1", "--no-compile-cache"]
     # 19 frames of 24x44: LTX-2 keeps 8k+1 = 17 frames and multiples of 8 (24x40).
-    frames = _frames_folder(tmp_path / "frames", 19, (24, 44))
+    frames = frames_folder(tmp_path / "frames", 19, (24, 44))
     assert encode([str(tmp_path / "frames"), *model, "-o", str(tmp_path / "z.safetensors"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["latents_shape"] == [1, 8, 3, 3, 5] and summary["video_shape"] == [1, 3, 17, 24, 40]
@@ -116,7 +102,7 @@ def test_encode_then_decode_round_trips_at_8k_plus_1_frames(saved, tmp_path, cap
 
 def test_another_family_s_latents_are_refused_naming_the_channels(tmp_path, capsys):
     # Wan's 16 channels (no metadata): the message names LTX-2's 8 (the tiny preset's).
-    wan = _pipeline_latents((1, 16, 2, 3, 4))
+    wan = pipeline_latents((1, 16, 2, 3, 4))
     save_file({"latents": wan}, str(tmp_path / "w.safetensors"))
     assert_bad_input(decode, tmp_path, capsys, [str(tmp_path / "w.safetensors"), *LTX2, "-o", str(tmp_path / "o.npy")],
                      r"latents shape \(1, 16, 2, 3, 4\) has no dimension with the model's 8 channels")
@@ -129,12 +115,12 @@ def test_another_family_s_latents_are_refused_naming_the_channels(tmp_path, caps
     with pytest.raises(LatentsError, match="with the model's 128 channels"):
         family_latents._layout(ltx2, wan.shape, ltx2.latent_channels(preset_config("ltx2")), "auto")
     # Metadata naming another family is refused before the channels are looked at.
-    save_file({"latents": _pipeline_latents((1, 8, 2, 3, 4))}, str(tmp_path / "m.safetensors"),
+    save_file({"latents": pipeline_latents((1, 8, 2, 3, 4))}, str(tmp_path / "m.safetensors"),
               metadata={"model": "AutoencoderKLWan"})
     assert_bad_input(decode, tmp_path, capsys, [str(tmp_path / "m.safetensors"), *LTX2, "-o", str(tmp_path / "o.npy")],
                      r"metadata \('model': 'AutoencoderKLWan'\) says these are Wan latents; the model is LTX-2's")
     # And LTX-2's latents given to a Wan model.
-    save_file({"latents": _pipeline_latents((1, 16, 2, 3, 4))}, str(tmp_path / "l.safetensors"),
+    save_file({"latents": pipeline_latents((1, 16, 2, 3, 4))}, str(tmp_path / "l.safetensors"),
               metadata={"model": "AutoencoderKLLTX2Video"})
     wan_model = ["--model", "random:wan-tiny", "--mesh", "dp=1,tp=1", "-o", str(tmp_path / "o.npy")]
     assert_bad_input(decode, tmp_path, capsys, [str(tmp_path / "l.safetensors"), *wan_model],
@@ -142,7 +128,7 @@ def test_another_family_s_latents_are_refused_naming_the_channels(tmp_path, caps
 
 
 def test_a_frame_count_ltx2_does_not_read_is_refused(tmp_path, capsys):
-    _frames_folder(tmp_path / "v", 12, (16, 16))
+    frames_folder(tmp_path / "v", 12, (16, 16))
     argv = [str(tmp_path / "v"), *LTX2, "--frames", "10", "-o", str(tmp_path / "z.safetensors")]
     assert_bad_input(encode, tmp_path, capsys, argv,
                      r"--frames 10: LTX-2's encode reads the first frame, then 8 at a time, so only 9 of them; "
@@ -151,7 +137,7 @@ def test_a_frame_count_ltx2_does_not_read_is_refused(tmp_path, capsys):
 
 def test_many_latents_stream_to_mp4_and_a_dry_run(tmp_path, capsys):
     for i, t in enumerate((1, 2, 2)):
-        save_file({"latents": _pipeline_latents((1, 8, t, 2, 3), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
+        save_file({"latents": pipeline_latents((1, 8, t, 2, 3), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
     out = tmp_path / "out"
     assert decode([str(tmp_path), *LTX2, "--output-dir", str(out), "--format", "npy", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -176,7 +162,7 @@ def test_many_latents_stream_to_mp4_and_a_dry_run(tmp_path, capsys):
 
 def test_decode_stream_yields_the_whole_video_in_one_chunk(ltx2_tiny):
     # fp32 on the CPU: the stream's one chunk is the whole decode, bit for bit (tolerance 0).
-    z = _pipeline_latents((1, 8, 3, 2, 2), seed=4)
+    z = pipeline_latents((1, 8, 3, 2, 2), seed=4)
     chunks = list(ltx2_tiny.decode_stream(z, output="video"))
     assert [(c.start, c.frames, c.data.shape) for c in chunks] == [(0, 17, (1, 3, 17, 16, 16))]
     np.testing.assert_array_equal(chunks[0].data, np.asarray(ltx2_tiny.decode_jax(z)))
@@ -195,13 +181,13 @@ def test_ltx_video_pipeline_latents_decode_with_no_flags_the_same_on_every_run(s
     upstream, folder = saved_ltx_video
     model = ["--model", str(folder), "--mesh", "dp=1,tp=1", "--no-compile-cache"]
     for i, t in enumerate((2, 2)):
-        save_file({"latents": _pipeline_latents((1, 8, t, 3, 4), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
+        save_file({"latents": pipeline_latents((1, 8, t, 3, 4), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
     assert decode([str(tmp_path / "z0.safetensors"), *model, "-o", str(tmp_path / "v.npy"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["model"] == "AutoencoderKLLTXVideo" and summary["video_shape"] == [1, 3, 9, 24, 32]
     # As LTXPipeline decodes them: denormalised, at decode timestep 0; the noise upstream draws after
     # torch.manual_seed(0), as the commands draw it for each decode.
-    z = _denormalized(upstream, _pipeline_latents((1, 8, 2, 3, 4), seed=0))
+    z = _denormalized(upstream, pipeline_latents((1, 8, 2, 3, 4), seed=0))
     torch.manual_seed(0)
     expected = _upstream_decode(upstream, z)
     # fp32 against upstream's eager decode: 1.2e-6 measured.
@@ -215,7 +201,7 @@ def test_ltx_video_pipeline_latents_decode_with_no_flags_the_same_on_every_run(s
 def test_ltx_video_encode_then_decode_to_mp4_at_25_fps(saved_ltx_video, tmp_path, capsys):
     upstream, folder = saved_ltx_video
     model = ["--model", str(folder), "--mesh", "dp=1,tp=1", "--no-compile-cache"]
-    _frames_folder(tmp_path / "frames", 10, (16, 24))
+    frames_folder(tmp_path / "frames", 10, (16, 24))
     assert encode([str(tmp_path / "frames"), *model, "-o", str(tmp_path / "z.safetensors"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["latents_shape"] == [1, 8, 2, 2, 3] and summary["video_shape"] == [1, 3, 9, 16, 24]

@@ -16,14 +16,10 @@ from cogvideox_torchax.decode import main as decode
 from cogvideox_torchax.encode import main as encode
 from cogvideox_torchax.io.video import read_mp4
 from tests.support.cli import assert_bad_input
+from tests.support.command_inputs import pipeline_latents
 from tests.support.parity import assert_close
 
 WAN = ["--model", "random:wan-tiny", "--mesh", "dp=1,tp=1", "--no-compile-cache"]
-
-
-def _pipeline_latents(shape, seed=0):
-    # As WanPipeline(output_type="latent") returns them: (B, C, T, H, W), normalised per channel.
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +28,7 @@ def library():
 
 
 def test_pipeline_latents_decode_with_no_flags(tmp_path, capsys, library):
-    z = _pipeline_latents((1, 16, 2, 3, 4))
+    z = pipeline_latents((1, 16, 2, 3, 4))
     save_file({"latents": z}, str(tmp_path / "z.safetensors"))
     assert decode([str(tmp_path / "z.safetensors"), *WAN, "-o", str(tmp_path / "v.npy"), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -72,7 +68,7 @@ def test_encode_then_decode_round_trips_at_the_family_s_rates(tmp_path, capsys):
 
 
 def test_another_family_s_latents_are_refused_by_their_metadata_and_layout(tmp_path, capsys):
-    z = _pipeline_latents((1, 16, 2, 3, 4))
+    z = pipeline_latents((1, 16, 2, 3, 4))
     save_file({"latents": z}, str(tmp_path / "cog.safetensors"), metadata={"layout": "BTCHW", "scaling_factor": "0.7"})
     assert_bad_input(decode, tmp_path, capsys, [str(tmp_path / "cog.safetensors"), *WAN, "-o", str(tmp_path / "o.npy")],
                      r"metadata \('scaling_factor'\) says these are CogVideoX latents; the model is Wan's")
@@ -104,7 +100,7 @@ def test_a_frame_count_wan_does_not_read_is_refused(tmp_path, capsys):
 
 def test_many_latents_and_dry_runs_on_named_targets(tmp_path, capsys):
     for i, t in enumerate((1, 2, 2)):
-        save_file({"latents": _pipeline_latents((1, 16, t, 2, 3), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
+        save_file({"latents": pipeline_latents((1, 16, t, 2, 3), seed=i)}, str(tmp_path / f"z{i}.safetensors"))
     out = tmp_path / "out"
     assert decode([str(tmp_path), *WAN, "--output-dir", str(out), "--format", "npy", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -120,7 +116,7 @@ def test_many_latents_and_dry_runs_on_named_targets(tmp_path, capsys):
 
 
 def test_a_budget_nothing_fits_is_exit_3_with_the_plans_figures(tmp_path, capsys):
-    save_file({"latents": _pipeline_latents((1, 16, 2, 2, 3))}, str(tmp_path / "z.safetensors"))
+    save_file({"latents": pipeline_latents((1, 16, 2, 2, 3))}, str(tmp_path / "z.safetensors"))
     assert decode([str(tmp_path / "z.safetensors"), *WAN, "-o", str(tmp_path / "o.npy"), "--max-memory", "4KiB"]) == 3
     err = capsys.readouterr().err
     assert "no plan for the decode of (1, 16, 2, 2, 3) fits" in err and "whole" in err
