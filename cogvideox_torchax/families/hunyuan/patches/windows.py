@@ -10,8 +10,9 @@ the video. Here the windows, the blending and the crop are upstream's, but
 windows of one length (all but at most two at the end) are stacked on the
 batch and decoded ``windows_per_step`` at a time as the steps of one scan
 (`patches.tiling.decode_tile_group`): the program holds one decoder per
-window length, whatever the length of the video, and memory is that of
-``windows_per_step`` windows, as upstream's is of one.
+window length, whatever the length of the video, and memory does not grow
+with the number of windows (on XLA:CPU, once the full windows are a scan,
+about two windows' worth: docs/families/hunyuan.md).
 """
 
 from __future__ import annotations
