@@ -7,7 +7,9 @@ is two compiled programs whose shapes do not depend on the video's length:
 the first batch, and one later batch (the cache in and out); each call's
 output is copied to the host while the next call runs.
 Device memory holds the weights, the cache and at most ``in_flight`` batch
-outputs whatever the length; the host holds what the caller keeps.
+outputs whatever the length; the host holds what the caller keeps. `plan`
+compiles both programs for a shape without running them and sets their
+bytes against the VAE's budget (`TorchaxVAE.stream_plan`).
 """
 
 from __future__ import annotations
@@ -114,6 +116,20 @@ def streamed_bytes(first: Any, step: Any, in_flight: int) -> int:
     programs = [e for e in (first, step) if e is not None]
     out = max(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(e.out_info[0])) for e in programs)
     return max(budget.compiled_bytes(e) for e in programs) + in_flight * out
+
+
+def plan(vae: Any, shape: tuple[int, ...], output: str = "frames", in_flight: int = 2) -> budget.MemoryPlan:
+    """The stream's plan for latents of ``shape`` (`TorchaxVAE.stream_plan`): both programs compiled, nothing run.
+
+    Raises:
+        ValueError: a shape or plan that does not stream (`why_not_streamed`).
+    """
+    why = why_not_streamed(vae.module, shape, vae.programs)
+    if why:
+        raise ValueError(f"decode_stream: {why}")
+    first, step = executables(vae.programs, shape, output)
+    total, _ = vae.memory_budget()
+    return budget.MemoryPlan("streamed", None, streamed_bytes(first, step, in_flight), budget.usable(total))
 
 
 def stream(

@@ -1,9 +1,12 @@
-"""`TorchaxVAE`: the patched upstream VAE, encoding and decoding as jits over a mesh.
+"""`TorchaxVAE`: the user's object, an upstream VAE patched and run as jits over a mesh.
 
-A facade: the programs and weight copies are a `ProgramCache`'s, the memory
-plans a `Planner`'s, upstream's calling conventions `UpstreamSurface`'s (its
-attributes `attributes`'), a call's slicing and placement `calls`', the
-folder format `saving`'s.
+It is upstream's surface (``decode``, ``encode``, ``forward``, the tiling and
+slicing switches, ``to``, ``save_pretrained``) plus the JAX forms, plans and
+stream; each method is thin and calls the module that does the work: a
+`ProgramCache` (programs, weights), a `Planner` (memory plans), `calls`
+(one decode or encode), `ahead_of_time` (lowering and compiling before
+running), `stream` (the streamed decode), `attributes` (upstream's other
+attributes), `saving` (upstream's folder format).
 """
 
 from __future__ import annotations
@@ -32,22 +35,20 @@ from cogvideox_torchax.memory.planner import Planner
 from cogvideox_torchax.options import RuntimeOptions
 from cogvideox_torchax.parallel import sharding
 from cogvideox_torchax.platforms.run_plan import RunPlan
-from cogvideox_torchax.vae import as_upstream, calls, saving, stream
-from cogvideox_torchax.vae.ahead_of_time import AheadOfTime
-from cogvideox_torchax.vae.program_cache import ProgramCache, ProgramKey, to_host_torch, to_numpy
-from cogvideox_torchax.vae.stream import VideoChunk
-from cogvideox_torchax.vae.upstream_surface import (
+from cogvideox_torchax.vae import ahead_of_time, as_upstream, attributes, calls, saving, stream
+from cogvideox_torchax.vae.attributes import (
     INFERENCE_SURFACE,
     UnsupportedAttributeError,
-    UpstreamSurface,
-    family_signature,
     refuse_other_module_attributes,
 )
+from cogvideox_torchax.vae.program_cache import ProgramCache, ProgramKey, to_host_torch, to_numpy
+from cogvideox_torchax.vae.stream import VideoChunk
+from cogvideox_torchax.vae.upstream_surface import family_signature
 
 __all__ = ["INFERENCE_SURFACE", "TorchaxVAE", "UnsupportedAttributeError", "to_host_torch"]
 
 @refuse_other_module_attributes
-class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
+class TorchaxVAE(ModelMixin):
     """An upstream VAE (CogVideoX's, Wan's or LTX-2's), patched, run by torchax under `jax.jit`.
 
     Build it with `cogvideox_torchax.from_pretrained` or `cogvideox_torchax.wrap`.
@@ -74,8 +75,8 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
     Module methods that would act on torch parameters (``state_dict``,
     hooks, ``parameters``...) are refused as upstream attributes are.
 
-    Lowering, compiling, memory plans and the compiled programs kept are
-    `AheadOfTime`'s methods.
+    Lowering, compiling, memory plans, the stream's plan and the compiled
+    programs kept are its methods too (`ahead_of_time`, `Planner`, `stream`).
 
     Threads: one VAE may be shared by several threads. `decode`, `encode`,
     their ``_jax`` forms, `decode_frames_jax`, `memory_plan`, ``compile_*``,
@@ -227,6 +228,229 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         """The state dict as JAX arrays on the mesh, in `dtype`."""
         return self.programs.weights
 
+    # -- upstream's calling conventions ---------------------------------------
+
+    # Where results of inputs that are not torch tensors go; `to` moves it.
+    _result_device = torch.device("cpu")
+
+    @property
+    def config(self) -> Any:
+        """The upstream diffusers config (a read-only mapping with attributes)."""
+        return self.module.config
+
+    @property
+    def device(self) -> torch.device:
+        """The torch device results land on when the input is not a torch tensor (CPU unless `to` moved it).
+
+        Torch inputs get their results on their own device, whatever this says;
+        the computation itself runs on the mesh's devices.
+        """
+        return self._result_device
+
+    @property
+    def use_tiling(self) -> bool:
+        """Upstream's ``use_tiling``: whether `enable_tiling` is on."""
+        return bool(self.module.use_tiling)
+
+    @property
+    def use_slicing(self) -> bool:
+        """Upstream's ``use_slicing``: whether `enable_slicing` is on."""
+        return bool(self.module.use_slicing)
+
+    @family_signature
+    def forward(self, sample: torch.Tensor, *args: Any, **kwargs: Any) -> DecoderOutput | tuple[torch.Tensor]:
+        """Upstream's ``forward``: encode, take the posterior's mode (or a sample), decode.
+
+        Takes upstream's arguments: ``sample`` (video ``(B, 3, F, H, W)`` in
+        [-1, 1]), ``sample_posterior`` (decode ``latent_dist.sample(generator)``
+        instead of ``latent_dist.mode()``), ``return_dict`` (a
+        `DecoderOutput` or a 1-tuple), ``generator``, and its family's (LTX-2's
+        ``temb`` for the decode).
+        """
+        arguments = calls.bind(self, "forward", (sample, *args), kwargs)
+        posterior = self.encode(sample).latent_dist
+        generator = arguments.get("generator")
+        z = posterior.sample(generator=generator) if arguments.get("sample_posterior") else posterior.mode()
+        inputs = {name: arguments[name] for name in self.family.decode_inputs(self.config) if name in arguments}
+        return self.decode(z, return_dict=arguments["return_dict"], **inputs)
+
+    __call__ = forward
+
+    @family_signature
+    def enable_tiling(self, *args: Any, **kwargs: Any) -> None:
+        """Upstream's ``enable_tiling``, with its family's arguments and defaults.
+
+        CogVideoX: ``tile_sample_min_height``, ``tile_sample_min_width``,
+        ``tile_overlap_factor_height``, ``tile_overlap_factor_width`` (240x360
+        tiles, overlap 1/6 x 1/5). Wan: ``tile_sample_min_height``,
+        ``tile_sample_min_width``, ``tile_sample_stride_height``,
+        ``tile_sample_stride_width`` (256x256 tiles, stride 192). Videos and
+        latents larger than one tile then encode and decode tile by tile with
+        upstream's grid and blending (CogVideoX's equal-shape tiles decoded
+        together, `cogvideox_torchax.patches.tiling`). Compiled programs are
+        dropped.
+        """
+        with self.programs.lock:  # the module's switches are read while another thread traces
+            self.module.enable_tiling(*args, **kwargs)
+            self.reset_programs()
+
+    def disable_tiling(self) -> None:
+        """Upstream's ``disable_tiling``; compiled programs are dropped."""
+        with self.programs.lock:
+            self.module.disable_tiling()
+            self.reset_programs()
+
+    def enable_slicing(self) -> None:
+        """Upstream's ``enable_slicing``: a batch is encoded and decoded one element at a time.
+
+        Results are unchanged; device memory is that of batch 1, and one
+        program (for batch 1) serves every batch size.
+        """
+        with self.programs.lock:
+            self.module.enable_slicing()
+
+    def disable_slicing(self) -> None:
+        """Upstream's ``disable_slicing``: whole batches again."""
+        with self.programs.lock:
+            self.module.disable_slicing()
+
+    def to(self, *args: Any, **kwargs: Any) -> TorchaxVAE:
+        """Upstream's ``.to(device)`` / ``.to(dtype)`` / ``.to(device, dtype)``, as pipelines call it; returns self.
+
+        A dtype other than `dtype` converts the VAE: its weights once, and
+        its plans and programs anew for that dtype (the next decode
+        compiles). The computation stays on the mesh: a device becomes
+        `device`, where results of non-torch inputs go.
+
+        Raises:
+            ValueError: a dtype this VAE cannot run (the message names those it can).
+        """
+        device, dtype, _, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None and dtype != self.dtype:
+            try:
+                self._set_dtype(dtype)
+            except ValueError as e:
+                raise ValueError(f"TorchaxVAE cannot run in {dtype}: {e}") from None
+        if device is not None:
+            self._result_device = torch.device(device)
+        return self
+
+    # torch.nn.Module's casts and moves, as `to` does them.
+
+    def half(self) -> TorchaxVAE:
+        """``to(torch.float16)``."""
+        return self.to(torch.float16)
+
+    def float(self) -> TorchaxVAE:
+        """``to(torch.float32)``."""
+        return self.to(torch.float32)
+
+    def bfloat16(self) -> TorchaxVAE:
+        """``to(torch.bfloat16)``."""
+        return self.to(torch.bfloat16)
+
+    def double(self) -> TorchaxVAE:
+        """``to(torch.float64)``: refused, as the VAE runs float32, bfloat16 or float16 only."""
+        return self.to(torch.float64)
+
+    def type(self, dst_type: torch.dtype | str) -> TorchaxVAE:
+        """``to(dst_type)`` for a torch dtype; a type name is refused."""
+        if isinstance(dst_type, str):
+            raise UnsupportedAttributeError("TorchaxVAE.type takes a torch dtype", name="type", obj=self)
+        return self.to(dst_type)
+
+    def cpu(self) -> TorchaxVAE:
+        """``to("cpu")``: results of non-torch inputs land on the CPU."""
+        return self.to("cpu")
+
+    def cuda(self, device: int | torch.device | None = None) -> TorchaxVAE:
+        """``to("cuda")`` (or that CUDA device): results of non-torch inputs land there."""
+        return self.to(torch.device("cuda", device) if isinstance(device, int) else (device or "cuda"))
+
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike,
+        is_main_process: bool = True,
+        safe_serialization: bool = True,
+        variant: str | None = None,
+        torch_dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Upstream's ``save_pretrained``: ``config.json`` and the weights in upstream's format (`saving`).
+
+        ``AutoencoderKLCogVideoX.from_pretrained`` and our ``from_pretrained``
+        load the folder back. The weights are written in `dtype` unless
+        ``torch_dtype`` says otherwise; ``variant`` names the file as
+        upstream does.
+
+        Raises:
+            ValueError: ``safe_serialization=False`` (no pickles) or a file as ``save_directory``.
+            NotImplementedError: upstream's hub, sharding and custom-save options.
+        """
+        unsupported = {k: v for k, v in kwargs.items() if k in ("push_to_hub", "save_function") and v}
+        if unsupported:
+            raise NotImplementedError(f"TorchaxVAE.save_pretrained does not take {', '.join(unsupported)}")
+        saving.save_pretrained(self.config, self.weights, save_directory, upstream=self.family.upstream,
+                               is_main_process=is_main_process, safe_serialization=safe_serialization,
+                               variant=variant, torch_dtype=torch_dtype)
+
+    # Training scripts put a VAE they only encode with in inference mode;
+    # these say yes to that and refuse anything else.
+
+    @property
+    def training(self) -> bool:
+        """Always False: this VAE only runs inference."""
+        return False
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        # torch.nn.Module.__init__ sets it (to True) before anything else;
+        # later, only False is taken, as by `train`.
+        if mode and "programs" in self.__dict__:
+            self.train(True)
+
+    def eval(self) -> TorchaxVAE:
+        """Upstream's ``eval()``: a no-op here (always in inference mode); returns self."""
+        return self
+
+    def train(self, mode: bool = True) -> TorchaxVAE:
+        """``train(False)`` is a no-op returning self, as ``eval()``.
+
+        Raises:
+            UnsupportedAttributeError: ``train(True)``: this VAE cannot be trained.
+        """
+        if mode:
+            raise UnsupportedAttributeError(
+                "TorchaxVAE runs inference only and cannot be put in training mode; train the upstream module",
+                name="train",
+                obj=self,
+            )
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> TorchaxVAE:
+        """``requires_grad_(False)`` is a no-op returning self (nothing here takes gradients).
+
+        Raises:
+            UnsupportedAttributeError: ``requires_grad_(True)``.
+        """
+        if requires_grad:
+            raise UnsupportedAttributeError(
+                "TorchaxVAE takes no gradients; requires_grad_(True) needs the upstream module",
+                name="requires_grad_",
+                obj=self,
+            )
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        """Only reached when ordinary lookup fails: upstream's plain data, else an error (`attributes.read`)."""
+        # Upstream's other attributes are told apart from plain typos.
+        return attributes.read(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Upstream's settings reach the patched module; its other attributes are refused.
+        if not attributes.write(self, name, value):
+            super().__setattr__(name, value)
+
     # -- running ------------------------------------------------------------
 
     def check_latents(self, shape: tuple[int, ...]) -> None:
@@ -309,6 +533,21 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         arr = np.asarray(to_numpy(z, np.dtype(programs.options.jax_dtype)))
         return stream.stream(programs, self.module, arr, output=output, in_flight=in_flight, inputs=values)
 
+    def stream_plan(self, shape: tuple[int, ...], *, output: str = "frames", in_flight: int = 2) -> budget.MemoryPlan:
+        """The plan of `decode_stream` for latents of ``shape``: its two programs compiled, nothing run.
+
+        ``bytes`` is the larger program's temporaries, arguments and outputs
+        per device, plus ``in_flight`` batch outputs; it does not grow with
+        the number of latent frames. ``budget`` is the VAE's (`memory_budget`,
+        margin taken off), which the caller compares.
+
+        Raises:
+            ValueError: a shape or plan that does not stream (the message says why).
+        """
+        shape = tuple(shape)
+        self.check_latents(shape)
+        return stream.plan(self, shape, output, in_flight)
+
     @family_signature
     def decode(self, z: torch.Tensor | np.ndarray | jax.Array, *args: Any, **kwargs: Any
                ) -> DecoderOutput | tuple[torch.Tensor]:
@@ -361,6 +600,97 @@ class TorchaxVAE(AheadOfTime, UpstreamSurface, ModelMixin):
         gathered from every process).
         """
         return DiagonalGaussianDistribution(to_host_torch(moments).to(self.device if device is None else device))
+
+    # -- ahead of time: lowered, compiled or planned without running ----------
+
+    def lower_decode(
+        self, shape: tuple[int, ...], *, platform: str | None = None, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Lowered:
+        """Traces and lowers the decode for latents ``(B, C, T, H, W)`` without running it.
+
+        ``platform`` (``"cpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``) builds the
+        program with that platform's plan (`plan_for`); only the mesh's own
+        compiles here. ``target`` (`targets.TARGETS`: ``"h200"``, ``"v6e-8"``,
+        ...) over ``mesh`` (``"dp=1,tp=8"``; default all on ``tp``) builds it
+        on that accelerator's compile-only devices; it compiles here with its
+        real compiler (the ``aot`` extra).
+        """
+        return ahead_of_time.lower(self, "decode", shape, platform, target, mesh)
+
+    def lower_encode(
+        self, shape: tuple[int, ...], *, platform: str | None = None, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Lowered:
+        """Traces and lowers the encode for a video shape without running it (arguments as in `lower_decode`)."""
+        return ahead_of_time.lower(self, "encode", shape, platform, target, mesh)
+
+    def compile_decode(
+        self, shape: tuple[int, ...], *, frames: bool = False, target: str | None = None, mesh: Any = None
+    ) -> jax.stages.Compiled:
+        """The planned decode for a latent shape (of `decode_frames_jax` with ``frames``), compiled on first use.
+
+        ``target`` and ``mesh`` compile the planned program for a named
+        accelerator (see `lower_decode`); it cannot run here.
+        """
+        return self.planned_executable("frames" if frames else "decode", shape, target, mesh)
+
+    def compile_encode(self, shape: tuple[int, ...], *, target: str | None = None, mesh: Any = None):
+        """The planned encode for a video shape, compiled on first use (``target`` as in `compile_decode`)."""
+        return self.planned_executable("encode", shape, target, mesh)
+
+    def planned_executable(self, kind: str, shape, target: str | None = None, mesh: Any = None) -> jax.stages.Compiled:
+        """The executable `memory_plan` chose for ``shape``, of ``kind`` (``"decode"``, ``"frames"``, ``"encode"``)."""
+        return ahead_of_time.planned_executable(self, kind, shape, target, mesh)
+
+    def memory_plan(
+        self, shape: tuple[int, ...], *, kind: str = "decode", target: str | None = None, mesh: Any = None
+    ) -> budget.MemoryPlan:
+        """How a shape runs within the memory budget (`Planner.plan`), compiling candidates (running nothing).
+
+        ``kind``: ``"decode"``, ``"frames"`` or ``"encode"``; ``target`` and
+        ``mesh`` plan for a named accelerator (as `lower_decode` takes them).
+
+        Raises:
+            MemoryBudgetError: no candidate fits; says what each needs.
+        """
+        return self.planner.plan(kind, tuple(shape), target, mesh)
+
+    def memory_candidates(self, shape: tuple[int, ...], *, kind: str = "decode") -> list[budget.MemoryPlan]:
+        """Every candidate plan of `memory_plan` with its compiled bytes, in order (all compiled; none run)."""
+        return ahead_of_time.memory_candidates(self, kind, shape)
+
+    def planned(self, shape: tuple[int, ...], *, kind: str = "decode") -> budget.MemoryPlan | None:
+        """The plan `memory_plan` chose for a shape, or None if it has not planned it (compiles nothing)."""
+        return self.planner.planned(kind, tuple(shape))
+
+    def memory_budget(self) -> tuple[int, str]:
+        """The per-device bytes plans must fit (before `budget.SAFETY_MARGIN`) and their source (`Planner.budget`)."""
+        return self.planner.budget()
+
+    def next_plan(self, shape: tuple[int, ...], *, kind: str = "decode", choose: bool = True) -> budget.MemoryPlan:
+        """The plan below the one that ran out of memory, chosen to run next (only reported with ``choose=False``).
+
+        Raises:
+            MemoryBudgetError: no smaller plan exists.
+        """
+        return self.planner.smaller(kind, tuple(shape), choose_it=choose)
+
+    def reset_programs(self) -> None:
+        """Starts the programs afresh (the module's tiling switches are read while tracing) and forgets every plan."""
+        ahead_of_time.reset_programs(self)
+
+    def compiled_shapes(self, kind: str = "decode") -> list[tuple[int, ...]]:
+        """The input shapes that have a compiled ``kind`` (``"decode"`` or ``"encode"``) program, oldest first."""
+        return ahead_of_time.compiled_shapes(self.planner, kind)
+
+    def clear_compiled(self, *, jax_caches: bool = False) -> None:
+        """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
+
+        Each shape keeps its executable in host memory until this is called;
+        copies of the weights on other meshes go too. ``jax_caches`` also
+        calls `jax.clear_caches()` (every jitted function in the process
+        recompiles on its next call).
+        """
+        ahead_of_time.clear_compiled(self, jax_caches)
 
     def __repr__(self) -> str:
         mesh = ",".join(f"{k}={v}" for k, v in self.mesh.shape.items())
