@@ -206,13 +206,9 @@ def write_alone(writer: Any, video: np.ndarray) -> float:
 
 def write_streamed(writer: Any, video: np.ndarray, fps: float, batches: list[int] | None = None) -> Any:
     """The decode command's streamed write (`write_while_decoding`) behind a `StandIn` of ``fps``: its `StreamTimes`."""
-    import contextlib
+    from cogvideox_torchax.io.writer import write_while_decoding
 
-    from cogvideox_torchax.cli import streamed_write
-
-    return streamed_write.write_while_decoding(
-        iter(StandIn(video, fps, batches)), lambda i: writer, 1, check=lambda c: None, on_decoded=lambda n: None,
-        on_written=lambda: None, guard=lambda i, n: contextlib.nullcontext())
+    return write_while_decoding(iter(StandIn(video, fps, batches)), lambda i: writer, 1)
 
 
 @contextlib.contextmanager

@@ -143,15 +143,10 @@ def _whole(vae, z, dest: Path, crf: int, preset: str | None) -> dict:
 
 
 def _streamed(vae, z, dest: Path, crf: int, preset: str | None) -> dict:
-    import contextlib
+    from cogvideox_torchax.io.video import FrameWriter
+    from cogvideox_torchax.io.writer import write_while_decoding
 
-    from cogvideox_torchax.cli import streamed_write
-
-    open_writer = streamed_write.staged_writers([dest], "mp4", crf=crf, preset=preset)
-    times = streamed_write.write_while_decoding(
-        vae.decode_stream(z), open_writer, 1, check=lambda c: None, on_decoded=lambda n: None,
-        on_written=lambda: None, guard=lambda i, n: contextlib.nullcontext(),
-    )
+    times = write_while_decoding(vae.decode_stream(z), lambda i: FrameWriter(dest, "mp4", crf=crf, preset=preset), 1)
     return {**times.as_dict(), "write_hidden": times.write_hidden}
 
 

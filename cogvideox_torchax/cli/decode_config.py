@@ -8,6 +8,8 @@ from pathlib import Path
 
 from cogvideox_torchax.cli import options
 from cogvideox_torchax.cli.errors import UsageError
+from cogvideox_torchax.io import video
+from cogvideox_torchax.io.writer import VideoOptions
 
 # mp4 stores the frame rate as a fraction of denominator <= 1001 (`video.encode_mp4`): these all are.
 FPS_RANGE = (0.01, 1000.0)
@@ -78,9 +80,10 @@ class DecodeConfig:
     def with_run(self, run: options.RunOptions) -> DecodeConfig:
         return dataclasses.replace(self, run=run)
 
-    def fps_for(self, vae) -> float:
-        """The mp4 frame rate: ``--fps``, else the model family's (CogVideoX 8, Wan 16)."""
-        return self.fps if self.fps is not None else vae.family.fps
+    def video_options(self, vae) -> VideoOptions:
+        """How videos are encoded: ``--fps`` (else the model family's: CogVideoX 8, Wan 16), ``--crf``, the encoder."""
+        fps = self.fps if self.fps is not None else vae.family.fps
+        return VideoOptions(fps, self.crf, self.encoder, self.preset)
 
 
 # NVENC's presets (p1 fastest ... p7 best); libx264's are `io.video.X264_PRESETS`.
@@ -89,8 +92,6 @@ _NVENC_PRESETS = tuple(f"p{i}" for i in range(1, 8))
 
 def _check_encoder(args: argparse.Namespace) -> None:
     """``--encoder`` and ``--preset``: known names, for an mp4 output, and an encoder that starts here."""
-    from cogvideox_torchax.io import video
-
     if args.encoder == "libx264" and args.preset is None:
         return
     writes_mp4 = (args.output is not None and Path(args.output).suffix.lower() == ".mp4") or (

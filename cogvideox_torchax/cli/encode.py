@@ -24,12 +24,17 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages, timeline
+import numpy as np
+
+from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
+from cogvideox_torchax.cli import summary as report
 from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.cli.options import add_model_arguments
 from cogvideox_torchax.cli.stages import Stage
-
-LATENTS_KEY = "latents"
+from cogvideox_torchax.io import family_latents, frames, outputs
+from cogvideox_torchax.io.writer import Writer
+from cogvideox_torchax.memory import in_use
+from cogvideox_torchax.parallel import distributed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,7 +80,7 @@ def _frame_rules(family) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class EncodeConfig:
-    """The encode command's options, checked: what to read and fit, what to write, and the shared `options.RunOptions`."""
+    """The encode command's options, checked: what to read and fit, what to write, the shared `options.RunOptions`."""
 
     run: options.RunOptions
     video: str
@@ -93,8 +98,6 @@ class EncodeConfig:
         Raises:
             UsageError: values out of range or a missing output (exit 2).
         """
-        from cogvideox_torchax.io import frames
-
         options.check_shared_cheaply(args)  # what needs no framework first: refused in milliseconds
         if args.output is None and not args.dry_run:
             raise UsageError("--output/-o is needed (only --dry-run goes without)")
@@ -118,8 +121,6 @@ class EncodeConfig:
 
 def run(config: EncodeConfig) -> dict[str, Any]:
     """Encodes as the configuration says and returns the summary."""
-    from cogvideox_torchax.io import outputs
-
     if config.run.dry_run:
         # As the run would: an output it would refuse is refused now (exit 2), nothing made.
         paths = [] if config.output is None else [Path(config.output)]
@@ -129,12 +130,13 @@ def run(config: EncodeConfig) -> dict[str, Any]:
         return {**_dry_run(config), "output": config.output}
     # The output path is checked, and its temporary file made (the
     # writability probe), before anything expensive; on process 0 only.
-    staged = None
+    writer = None
     with agreement.together("checking the output"):
         if agreement.is_primary():
-            staged = outputs.StagedOutputs([Path(config.output)], overwrite=config.overwrite, is_dir=False)
-    with staged if staged is not None else contextlib.nullcontext():
-        return _encode(config, staged)
+            writer = Writer([Path(config.output)], "latents", overwrite=config.overwrite, atomic=interrupts.deferred,
+                            committed=interrupts.WRITTEN)
+    with writer if writer is not None else contextlib.nullcontext():
+        return _encode(config, writer)
 
 
 def _read(config: EncodeConfig, quiet: bool):
@@ -142,9 +144,6 @@ def _read(config: EncodeConfig, quiet: bool):
 
     Read before the model loads: a video that cannot be read is refused first.
     """
-    from cogvideox_torchax.io import frames
-    from cogvideox_torchax.parallel import distributed
-
     raw, info = None, None
     with agreement.together("reading the video"), Stage("read", 1, "video", quiet) as read:
         if agreement.is_primary():
@@ -156,9 +155,6 @@ def _read(config: EncodeConfig, quiet: bool):
 
 def _fit(config: EncodeConfig, vae, raw):
     """The video fitted to what ``vae``'s family round-trips, ``(1, 3, F, H, W)`` in [-1, 1], on every process."""
-    from cogvideox_torchax.io import frames
-    from cogvideox_torchax.parallel import distributed
-
     family, model = vae.family, vae.config
     geometry = {"spatial": family.spatial_scale(model), "frame_step": family.frame_step(model)}
     if config.frames is not None and family.frames_read(model, config.frames) != config.frames:
@@ -178,8 +174,7 @@ def _fit(config: EncodeConfig, vae, raw):
 
 def _check_host_memory(shape: tuple[int, ...], config: EncodeConfig, geometry: dict[str, int]) -> None:
     """Refuses (exit 3) fitting a video the host has no memory for, before trying."""
-    from cogvideox_torchax.io import frames
-    from cogvideox_torchax.memory import budget
+    from cogvideox_torchax.memory import budget  # imports JAX: not before the options are checked
 
     need = frames.fit_bytes(shape, size=config.size, num_frames=config.frames, **geometry)
     have = budget.host_available()
@@ -197,17 +192,18 @@ def _dry_run(config: EncodeConfig) -> dict[str, Any]:
     _, vae, load = stages.load_together(config.run)
     x = _fit(config, vae, raw)
     vae.check_video(x.shape)
-    return {**stages.plan_stage(vae, x.shape, "encode", config.run, load), "video_shape": list(x.shape)}
+    plan, _, stage = stages.plan_stage(vae, x.shape, "encode", config.run)
+    out = {"dry_run": True, **report.run_fields(vae, load), "memory_plan": plan.as_dict(),
+           "plan_s": round(stage.seconds, 3), "video_shape": list(x.shape)}
+    if config.run.model.target is not None:
+        out.update(stages.target_report(vae, tuple(x.shape), "encode", config.run.model.target, plan))
+    return out
 
 
-def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
-    from cogvideox_torchax.io import family_latents, latents, outputs
-    from cogvideox_torchax.memory import in_use
-
+def _encode(config: EncodeConfig, writer: Writer | None) -> dict[str, Any]:
     raw, info, read = _read(config, config.run.quiet)
 
-    import jax
-    import numpy as np
+    import jax  # about 1 s: after the video is read, so that one that cannot be is refused first
     import torch
 
     cache_dir, vae, load = stages.load_together(config.run)
@@ -257,17 +253,16 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
     }
     with agreement.together("writing the output"):
         with Stage("write", 1, "file", config.run.quiet) as write:
-            if staged is not None:
-                with outputs.disk_full_named(staged.paths[0], out.nbytes):
-                    latents.save_latents_file(staged.temps[0], out, key=LATENTS_KEY, metadata=metadata)
+            if writer is not None:
+                writer.write(0, out, metadata=metadata)
             write.tick()
         if config.run.memory_report:
             in_use.report("write")
         interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
     # Moved in only once every process has come through the step.
     with agreement.together("moving the output in"):
-        if staged is not None:
-            interrupts.commit(staged)
+        if writer is not None:
+            writer.commit()
 
     return {
         "input": str(config.video),
@@ -280,46 +275,16 @@ def _encode(config: EncodeConfig, staged) -> dict[str, Any]:
         "normalization": vae.family.normalization,
         **({"scaling_factor": float(vae.config.scaling_factor)} if "scaling_factor" in metadata else {}),
         "posterior": metadata["posterior"],
-        **stages.run_fields(vae, load),
+        **report.run_fields(vae, load),
         "memory_plan": vae.planned(tuple(x.shape), kind="encode").as_dict(),
         "read_s": round(read.seconds, 3),
-        **stages.compile_fields(compile_stage.seconds, cache_dir, cache_events.status),
+        **report.compile_fields(compile_stage.seconds, cache_dir, cache_events.status),
         "encode_s": round(encode.seconds, 3),
         "write_s": round(write.seconds, 3),
         "frames_per_s": round(num_frames / encode.seconds, 3),
     }
 
 
-def _print_summary(s: dict[str, Any]) -> None:
-    from cogvideox_torchax.io.paths import shown  # names that are not UTF-8 printed, not a failure
-
-    plan = s["memory_plan"]
-    if s.get("dry_run"):
-        print(
-            f"plan for video {s['video_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
-            f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
-        )
-        stages.print_target(s)
-        return
-    frames, height, width = s["input_shape"]
-    _, _, used, used_h, used_w = s["video_shape"]
-    print(
-        f"encoded {shown(s['input'])} ({frames} frames {height}x{width}; used {used} frames {used_h}x{used_w}) -> "
-        f"{s['latents_shape']} ({s['layout']}, "
-        f"{'x' + format(s['scaling_factor'], 'g') if 'scaling_factor' in s else s['normalization']}, "
-        f"posterior {s['posterior']}; "
-        f"{s['dtype']}, mesh {s['mesh']}, {s['device']})"
-    )
-    print(
-        f"  read {s['read_s']:.2f} s | load {s['load_s']:.2f} s | compile {s['compile_s']:.2f} s "
-        f"(cache {s['compile_cache']}) | encode {s['encode_s']:.2f} s ({s['frames_per_s']:.2f} frames/s) | "
-        f"write {s['write_s']:.2f} s"
-    )
-    for line in timeline.lines(s):
-        print(line)
-    print(f"  wrote {shown(s['output'])}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Runs the command line; returns the exit code (0 ok, 1 error, 2 bad input, 3 out of memory, 130 interrupted)."""
-    return command.command(_parser, argv, EncodeConfig.from_args, run, _print_summary)
+    return command.command(_parser, argv, EncodeConfig.from_args, run, report.print_encode)

@@ -52,7 +52,8 @@ _deferring = 0  # inside `deferred`: a signal is remembered, raised when the blo
 _finishing = False  # the command has its exit code (`finishing`): a signal is only remembered
 _importing = 0  # inside an import on the main thread (`_imports_whole`): a signal waits for its end
 _held = False  # the first signal came inside an import and is not raised yet
-_written: list[str] = []  # outputs moved in (`commit`): what an interrupt's line says stays
+# Outputs moved in (a `Writer`'s ``committed``, inside `deferred`): what an interrupt's line says stays.
+WRITTEN: list[str] = []
 
 
 def _raised(signum: int) -> KeyboardInterrupt:
@@ -115,20 +116,9 @@ def deferred() -> Iterator[None]:
         check_interrupted()
 
 
-def commit(staged: Any) -> None:
-    """``staged.commit()`` (`cogvideox_torchax.io.outputs.StagedOutputs`) in one piece; remembers what it moved in.
-
-    A signal during the renames (or their rollback) is raised after them:
-    the outputs are then all in place, and the interrupt's line says so.
-    """
-    with deferred():
-        staged.commit()
-        _written.extend(str(p) for p in staged.paths)
-
-
 def written() -> list[str]:
-    """The outputs this command moved in so far (`commit`)."""
-    return list(_written)
+    """The outputs this command moved in so far (`WRITTEN`)."""
+    return list(WRITTEN)
 
 
 def finishing() -> None:
@@ -230,7 +220,7 @@ def handled(keep: bool = False) -> Iterator[None]:
     """
     global _interrupted, _signalled, _deferring, _finishing, _importing, _held
     _interrupted, _signalled, _deferring, _finishing, _importing, _held = None, False, 0, False, 0, False
-    _written.clear()
+    WRITTEN.clear()
     previous = {}
     main = threading.current_thread() is threading.main_thread()
     unwrap_imports = _imports_whole() if main else (lambda: None)

@@ -34,11 +34,12 @@ def out_of_memory_as_exit_3(what: str, shape: tuple[int, ...], vae=None, kind: s
     except Exception as e:
         if not is_out_of_memory(e):
             raise
-        raise errors.OutOfMemory(_out_of_memory_line(e, what, shape, vae, kind)) from e
+        raise errors.OutOfMemory(line(e, what, shape, vae, kind)) from e
 
 
-def _out_of_memory_line(e: BaseException, what: str, shape: tuple[int, ...], vae, kind: str | None) -> str:
-    from cogvideox_torchax.memory import budget
+def line(e: BaseException, what: str, shape: tuple[int, ...], vae=None, kind: str | None = None) -> str:
+    """The one line of an out-of-memory error: the shape, the bytes asked, the plan, the ``--max-memory`` that fits."""
+    from cogvideox_torchax.memory import budget  # imports JAX: not before the options are checked
 
     shape = tuple(int(v) for v in shape)
     where = f" ({vae.options.dtype}, mesh {dict(vae.mesh.shape)})" if vae is not None else ""

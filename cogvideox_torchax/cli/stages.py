@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
-from cogvideox_torchax.cli import agreement, errors, interrupts, options, out_of_memory, timeline
+from tqdm import tqdm
+
+from cogvideox_torchax.cli import agreement, errors, interrupts, options, out_of_memory, plans, timeline
+from cogvideox_torchax.memory import in_use
+from cogvideox_torchax.platforms import accelerators, hlo
 
 
 class Stage:
     """One progress bar per stage on stderr (nothing when quiet); times the stage (and records it on the `timeline`)."""
 
-    def __init__(self, name: str, total: int, unit: str, quiet: bool):
-        from tqdm import tqdm
-
-        self.name = name
+    def __init__(self, name: str, total: int, unit: str, quiet: bool, record: bool = True):
+        self.name, self._record = name, record
         self._bar = tqdm(total=total, desc=f"{name:<8}", unit=unit, disable=quiet, file=errors.STDERR, leave=True)
         self._t0 = time.perf_counter()
         self.seconds = 0.0
@@ -33,38 +36,15 @@ class Stage:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         end = time.perf_counter()
         self.seconds = end - self._t0
-        timeline.record_stage(self.name, self._t0, end)
+        if self._record:
+            timeline.record_stage(self.name, self._t0, end)
         self._bar.close()
         if exc_type is None:
             interrupts.check_interrupted()
 
 
-def run_fields(vae, load: Stage) -> dict[str, Any]:
-    """What every command's summary says of the run: dtype, mesh, processes, device, plan, load seconds."""
-    import jax
-
-    return {
-        "model": vae.family.class_name,
-        "dtype": vae.options.dtype,
-        "mesh": dict(vae.mesh.shape),
-        "processes": jax.process_count(),
-        "device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
-        "plan": vae.plan.as_dict(),
-        "load_s": round(load.seconds, 3),
-    }
-
-
-def compile_fields(seconds: float, cache_dir: Any, status: str) -> dict[str, Any]:
-    """The summary's compile seconds and JAX compile cache: ``status`` (as the run saw it), ``"off"`` without a cache."""
-    return {
-        "compile_s": round(seconds, 3),
-        "compile_cache": status if cache_dir else "off",
-        "compile_cache_dir": str(cache_dir) if cache_dir else None,
-    }
-
-
 def load_together(run: options.RunOptions):
-    """The compile cache and the "load" stage on every process (`agreement.together`). Returns ``(cache_dir, vae, stage)``.
+    """The compile cache and the "load" stage on every process (`agreement.together`): ``(cache_dir, vae, stage)``.
 
     Under jax.distributed the processes then agree on the memory budget
     (a collective, so here rather than at the first plan inside a step).
@@ -79,9 +59,7 @@ def load_together(run: options.RunOptions):
 
 def load_stage(run: options.RunOptions):
     """The "load" stage: the model on its devices. Returns ``(vae, stage)``."""
-    import jax
-
-    from cogvideox_torchax.memory import in_use
+    import jax  # about 1 s: only once the options are checked (bad ones are refused in milliseconds)
 
     with Stage("load", 1, "model", run.quiet) as stage:
         vae = options.load_model(run.model)
@@ -95,56 +73,38 @@ def load_stage(run: options.RunOptions):
     return vae, stage
 
 
-def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[int, ...], run: options.RunOptions):
-    """The "compile" stage: ``compile_for(shape)``, counting cache hits. Returns ``(stage, cache_events)``."""
-    from cogvideox_torchax.memory import in_use
-    from cogvideox_torchax.vae import compile_cache
+def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[int, ...], run: options.RunOptions,
+                  shown: bool = True):
+    """The "compile" stage: ``compile_for(shape)``, counting cache hits. Returns ``(stage, cache_events)``.
 
-    with Stage("compile", 1, "program", run.quiet) as stage:
-        with compile_cache.count_cache_events() as cache_events:
-            compile_for(tuple(shape))
+    Not ``shown``: no bar (a many-latents run's shapes compile under its decode bar), a part of the timeline.
+    """
+    from cogvideox_torchax.vae import compile_cache  # imports JAX: not before the options are checked
+
+    with Stage("compile", 1, "program", run.quiet or not shown, record=shown) as stage:
+        with timeline.timed_part("compile") if not shown else contextlib.nullcontext():
+            with compile_cache.count_cache_events() as cache_events:
+                compile_for(tuple(shape))
         stage.tick()
     if run.memory_report:
         in_use.report("compile")
     return stage, cache_events
 
 
-def plan_stage(
-    vae, shape: tuple[int, ...], kind: str, run: options.RunOptions, load: Stage, plan_with: Callable[[], Any] | None = None
-) -> dict[str, Any]:
-    """``--dry-run``'s "plan" stage: the memory plan of ``shape`` (compiled, not run) and its summary fields.
+def plan_stage(vae, shape: tuple[int, ...], kind: str, run: options.RunOptions,
+               choose: Callable[[], plans.ShapePlan] | None = None):
+    """``--dry-run``'s "plan" stage: the stream's plan where ``choose()`` gives one, else the memory plan of ``kind``.
 
-    ``plan_with()`` makes the plan instead of `TorchaxVAE.memory_plan` (the
-    streamed decode's); it returns None when that way does not fit, and the
-    memory plan is made then.
+    Compiled, not run. Returns ``(plan, shape_plan, stage)``.
     """
     target = run.model.target
     with agreement.together("planning"), out_of_memory.out_of_memory_as_exit_3(f"planning the {kind} of", shape):
         with Stage("plan", 1, "shape", run.quiet) as stage:
-            plan = plan_with() if plan_with is not None else None
-            if plan is None:
-                plan = vae.memory_plan(tuple(shape), kind=kind, target=target, mesh=run.model.mesh if target else None)
+            chosen = choose() if choose is not None else plans.ShapePlan(tuple(shape), kind, None, None)
+            plan = chosen.streamed or vae.memory_plan(tuple(shape), kind=chosen.program, target=target,
+                                                      mesh=run.model.mesh if target else None)
             stage.tick()
-    summary = {"dry_run": True, **run_fields(vae, load), "memory_plan": plan.as_dict(), "plan_s": round(stage.seconds, 3)}
-    if target is not None:
-        summary.update(target_report(vae, tuple(shape), kind, target, plan))
-    return summary
-
-
-def print_target(s: dict[str, Any]) -> None:
-    """The human lines of `target_report`'s fields (nothing without ``--target``)."""
-    if "target" not in s:
-        return
-    b, c = s["per_device_bytes"], s["compiled"]
-    extra = s["memory_plan"].get("allowance") or 0
-    print(f"  target {s['target']['name']} ({s['target']['description']}), compiled by its own compiler: "
-          f"temp {b['temp'] / 2**30:.2f} GiB, arguments {b['arguments'] / 2**30:.2f} GiB, "
-          f"outputs {b['outputs'] / 2**30:.2f} GiB per device"
-          + (f"; the plan adds {extra / 2**30:.2f} GiB for the cuDNN workspaces autotuning picks on the device"
-             if extra else ""))
-    print(f"  {c['convolutions']} convolutions {c['conv_layouts']} -> {c['conv_output_dtypes']}; "
-          f"activations moved to another layout {c['activation_layout_changes']} ({c['layout_changes']} moves in all), "
-          f"copied {c['activation_copies']} ({c['copies']}); collectives {c['collectives'] or 'none'}; planning (trace, lower and compile of each plan tried) {s['plan_s']:.2f} s")
+    return plan, chosen, stage
 
 
 def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> dict[str, Any]:
@@ -152,8 +112,6 @@ def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> 
 
     The compile time is the plan stage's (``plan_s``).
     """
-    from cogvideox_torchax.platforms import accelerators, hlo
-
     acc = accelerators.get(target)
     mesh = f"dp={plan.mesh[0]},tp={plan.mesh[1]}"
     # The plan's own executable (compiled while planning; not compiled again).

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 import cogvideox_torchax as ct
-from cogvideox_torchax.cli import batch
+from cogvideox_torchax.cli import jobs
 from cogvideox_torchax.decode import main
 from tests.support.cli import assert_bad_input
 from tests.support.parity import assert_close
@@ -200,13 +200,13 @@ def test_in_a_streamed_batch_one_failing_video_spares_the_others(tmp_path, capsy
 
 
 def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_path, capsys, monkeypatch, library):
-    from cogvideox_torchax.cli import decode_many, many_inputs
+    from cogvideox_torchax.cli import decode, jobs
     from cogvideox_torchax.io import video
 
     z = _inputs(tmp_path / "in")
     (tmp_path / "in" / "bad.safetensors").unlink()
     reads: dict[str, int] = {}
-    prepared, decode, write = many_inputs.prepared, decode_many._decode, video.write_video_to
+    prepared, decode_whole, write = jobs.prepared, decode._decode, video.write_video_to
 
     def changing(args, vae, source):  # v1 changes between the scan and its batch's read
         reads[source] = reads.get(source, 0) + 1
@@ -217,15 +217,15 @@ def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_pat
     def failing_decode(vae, zb, raw):  # the pair's batch fails on device
         if zb.shape[2] == 2:
             raise RuntimeError("device lost")
-        return decode(vae, zb, raw)
+        return decode_whole(vae, zb, raw)
 
     def failing_write(path, kind, one, **kw):  # v2's write fails in a way of its own
         if Path(path).name.startswith(".v2."):  # staged .v2.npy.XXXXXXXX.npy (the random part may hold 'v2')
             raise RuntimeError("disk said no")
         return write(path, kind, one, **kw)
 
-    monkeypatch.setattr(many_inputs, "prepared", changing)
-    monkeypatch.setattr(decode_many, "_decode", failing_decode)
+    monkeypatch.setattr(jobs, "prepared", changing)
+    monkeypatch.setattr(decode, "_decode", failing_decode)
     monkeypatch.setattr(video, "write_video_to", failing_write)
     out = tmp_path / "out"
     code = main([str(tmp_path / "in"), "--output-dir", str(out), "--format", "npy", "--batch-size", "3", *TINY, "--json"])
@@ -245,26 +245,26 @@ def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_pat
 
 
 def test_padded_size_is_the_shape_count_or_the_batch_size_in_dp_multiples():
-    assert batch.padded_size(3, 8, 1) == 3
-    assert batch.padded_size(3, 8, 2) == 4
-    assert batch.padded_size(10, 8, 2) == 8
-    assert batch.padded_size(10, 3, 2) == 4  # --batch-size 3 on dp=2: runs of 3, padded to 4
+    assert jobs.padded_size(3, 8, 1) == 3
+    assert jobs.padded_size(3, 8, 2) == 4
+    assert jobs.padded_size(10, 8, 2) == 8
+    assert jobs.padded_size(10, 3, 2) == 4  # --batch-size 3 on dp=2: runs of 3, padded to 4
     with pytest.raises(ValueError):
-        batch.padded_size(0, 8, 1)
+        jobs.padded_size(0, 8, 1)
 
 
 def test_expand_inputs_folders_patterns_and_duplicates(tmp_path):
     for name in ("b.safetensors", "a.safetensors", "c.txt"):
         (tmp_path / name).write_bytes(b"")
-    found = batch.expand_inputs([str(tmp_path), str(tmp_path / "a.safetensors"), str(tmp_path / "?.safetensors")])
+    found = jobs.expand_inputs([str(tmp_path), str(tmp_path / "a.safetensors"), str(tmp_path / "?.safetensors")])
     assert [p.name for p in found] == ["a.safetensors", "b.safetensors"]  # sorted, each once, no .txt
 
 
 def test_batches_group_equal_shapes_in_order():
-    items = [batch.Item(f"{i}", 0, f"o{i}", (1, 4, 2 + i % 2, 2, 2)) for i in range(5)]
-    runs = batch.batches(items, 2)
+    items = [jobs.Job(f"{i}", 0, (f"o{i}",), (1, 4, 2 + i % 2, 2, 2)) for i in range(5)]
+    runs = jobs.batches(items, 2)
     assert [[it.source for it in run] for run in runs] == [["0", "2"], ["4"], ["1", "3"]]
-    assert batch.output_name(batch.Path("x/clip.safetensors"), 1, 3, "png") == "clip_1"
+    assert jobs.output_name(Path("x/clip.safetensors"), 1, 3, "png") == "clip_1"
 
 
 def test_a_failing_input_with_a_newline_in_its_name_is_one_quoted_line(tmp_path, capsys):

@@ -33,7 +33,7 @@ from PIL import Image
 from safetensors.numpy import load_file
 from safetensors.torch import save_file
 
-from cogvideox_torchax.cli import batch
+from cogvideox_torchax.cli import jobs
 from cogvideox_torchax.decode import main as decode
 from cogvideox_torchax.encode import main as encode
 from cogvideox_torchax.io import outputs, video
@@ -108,10 +108,10 @@ def test_every_entry_under_a_latents_name_that_cannot_be_read_is_named_and_faile
     bad = _hostile_folder(folder)
     # A folder and a pattern find every entry; each entry named alone (but a folder, whose latents it finds) is kept.
     everything = [folder / f"{n}.safetensors" for n in sorted(bad | {"good"})]
-    assert batch.expand_inputs([str(folder)]) == everything
-    assert batch.expand_inputs([str(folder / "*.safetensors")]) == everything
+    assert jobs.expand_inputs([str(folder)]) == everything
+    assert jobs.expand_inputs([str(folder / "*.safetensors")]) == everything
     files = [p for p in everything if p.stem not in ("dir", "to_dir")]
-    assert batch.expand_inputs([str(p) for p in files]) == files
+    assert jobs.expand_inputs([str(p) for p in files]) == files
 
     cmd = [sys.executable, "-m", "cogvideox_torchax.decode", str(folder), "--output-dir", str(out), "--format", "npy"]
     proc = subprocess.run([*_unprivileged(folder / "unreadable.safetensors"), *cmd, *TINY, "--json"],
