@@ -20,8 +20,8 @@ HEAVY = (
     # streamed-writer tests and the 17-frame checks run by default).
     "tests/families/wan/test_streamed_command.py::test_a_thousand_wan_latent_frames",
     "tests/contracts/test_streamed.py::test_a_thousand_latent_frames",
-    "tests/vae/test_stream.py::test_live_device_memory_is_the_same_at_10_and_1000",
-    "tests/memory/test_decode_memory.py::test_chained_batches_cost_a_few_decoder_calls_not_eight",
+    "tests/families/cogvideox/test_stream.py::test_live_device_memory_is_the_same_at_10_and_1000",
+    "tests/families/cogvideox/test_decode.py::test_chained_batches_cost_a_few_decoder_calls_not_eight",
     # Many processes: the benchmark suite's every step, each system in its own process.
     "tests/test_bench_suite.py::test_quick_suite_writes_the_json_and_the_draft_with_every_step",
     "tests/test_bench.py::test_bench_sweep_plot_and_warm_start",
@@ -48,10 +48,10 @@ HEAVY = (
     "tests/platforms/test_newest_targets.py::test_v7x_counts_two_tensorcores_per_chip_and_compiles_over_one_chip",
     "tests/platforms/test_accelerator_programs.py::test_cuda_program_has_no_convolution_of_2_31_elements[41",
     # The real 2b config at more frames, the port's and fp16 encode's accuracy (smaller cases run by default).
-    "tests/vae/test_parity.py::test_cogvideox_2b_fp32[5",
+    "tests/families/cogvideox/test_decode.py::test_cogvideox_2b_fp32[5",
     "tests/test_flax_port.py::test_2b_matches_upstream[2",
     "tests/test_flax_port.py::test_2b_matches_upstream[3",
-    "tests/vae/test_encode.py::test_tiny_fp16_encode_psnr_level_with_torch",
+    "tests/families/cogvideox/test_encode.py::test_tiny_fp16_encode_psnr_level_with_torch",
     # LTX-Video's released configs at their real widths (its architectures run by default at test widths).
     "tests/families/ltx2/test_ltx_video.py::test_the_released_configs_fp32",
     # 8 simulated devices (tests/test_multidevice.py's child): the planner moving to tp; streams but fp32 dp=2,tp=2.
@@ -69,8 +69,8 @@ HEAVY = (
 # (docs/testing.md#the-two-stacks). Node ids, parametrized ones by their prefix.
 STACK = (
     # Every family's decode and encode against upstream at tiny sizes (fp32, and bf16/fp16 by PSNR).
-    "tests/vae/test_parity.py::test_tiny",
-    "tests/vae/test_encode.py::test_tiny_fp32",
+    "tests/families/cogvideox/test_decode.py::test_tiny",
+    "tests/families/cogvideox/test_encode.py::test_tiny_fp32",
     "tests/families/wan/test_decode.py::test_wan_tiny",
     "tests/families/wan/test_decode.py::test_wan22_tiny",
     "tests/families/wan/test_encode.py",
@@ -87,7 +87,7 @@ STACK = (
     "tests/vae/test_as_upstream.py",
     # The torch shims, torch after wrapping, and the code users run at XLA's default machine code.
     "tests/test_torch_compat.py",
-    "tests/test_torch_after_wrap.py",
+    "tests/test_torchax_device.py",
     "tests/test_suite_processes.py",
     # The README's commands, from the root and elsewhere, beside whatever the stack installs.
     "tests/test_readme.py",

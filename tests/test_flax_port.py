@@ -125,7 +125,7 @@ def flax_2b(upstream_2b) -> FlaxVAE:
 @pytest.mark.slow
 @pytest.mark.parametrize("frames", [1, 2, 3])  # 3 chains one later batch; longer chains on the tiny config
 def test_2b_matches_upstream(upstream_2b, reference_2b, flax_2b, frames):
-    """The real architecture; upstream's decodes are shared with tests/vae/test_parity.py."""
+    """The real architecture; upstream's decodes are shared with tests/families/cogvideox/test_decode.py."""
     assert not upstream_2b.config.use_post_quant_conv  # the real config decodes without one
     z, expected = reference_2b(frames)
     assert_close(flax_2b.decode(z), expected, atol=ATOL_2B, label=f"flax 2b T={frames}")

@@ -10,8 +10,7 @@ constructor, ``from_pretrained(folder, vae=wrapped)`` and assignment; what
 it reads of its VAE while being built (scale factors, its video processor's
 config) must come out as with upstream's. A pipeline that cannot be built
 this way even around upstream's VAE must fail the same way around ours.
-Whole tiny runs against upstream's: tests/test_pipelines.py and
-tests/families/wan/test_pipelines.py.
+Whole tiny runs against upstream's: tests/families/<name>/test_pipelines.py.
 """
 
 import inspect

@@ -19,12 +19,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # One multi-frame case of each (a first batch and a scan, where the family scans): tiny programs
 # compiled at XLA's default take the time here. A node id that no longer exists fails the run.
 AT_DEFAULT = (
-    "tests/vae/test_parity.py::test_tiny_fp32[shape6]",  # (1, 4, 13, 2, 2)
-    "tests/vae/test_encode.py::test_tiny_fp32[shape3]",  # (1, 3, 13, 16, 16)
+    "tests/families/cogvideox/test_decode.py::test_tiny_fp32[shape6]",  # (1, 4, 13, 2, 2)
+    "tests/families/cogvideox/test_encode.py::test_tiny_fp32[shape3]",  # (1, 3, 13, 16, 16)
     "tests/families/wan/test_decode.py::test_wan_tiny_fp32[shape3]",  # (1, 16, 13, 2, 3)
     "tests/families/wan/test_encode.py::test_wan_tiny_posterior[shape3]",  # (1, 3, 13, 8, 16)
     "tests/families/ltx2/test_decode.py::test_ltx2_tiny_fp32[shape2]",  # (1, 8, 5, 5, 2)
-    "tests/vae/test_stream.py::test_streamed_frames_and_video_equal_the_whole_decode_exactly[1]",
+    "tests/families/cogvideox/test_stream.py::test_streamed_frames_and_video_equal_the_whole_decode_exactly[1]",
 )
 
 

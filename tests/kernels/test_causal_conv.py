@@ -1,21 +1,14 @@
-"""kernels.causal_conv and its patch against upstream's `CogVideoXCausalConv3d`, batch after batch."""
-
-import re
+"""kernels.causal_conv against upstream's `CogVideoXCausalConv3d`, batch after batch (its patch: families/cogvideox)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from cogvideox_torchax.kernels.causal_conv import causal_conv3d, causal_conv3d_reference, state_shape
 from diffusers.models.autoencoders.autoencoder_kl_cogvideox import CogVideoXCausalConv3d
 
-import cogvideox_torchax as ct
-from cogvideox_torchax.families.cogvideox.patches import causal_conv
-from cogvideox_torchax.platforms.build import build_plan
-from cogvideox_torchax.platforms.run_plan import Placement
+from cogvideox_torchax.kernels.causal_conv import causal_conv3d, causal_conv3d_reference, state_shape
 from tests.support.parity import assert_close
-from tests.support.reference import seeded_latents, upstream_decode
 
 # Batch lengths as the decoder sees them (3 then 2s), and shorter than the
 # cache (1 frame) where the new state still holds the previous one's sums.
@@ -123,32 +116,6 @@ def test_flops_are_the_analytic_convolution_flops():
 def test_bad_shapes_are_named(wshape, bshape, match):
     with pytest.raises(ValueError, match=match):
         causal_conv3d(jnp.zeros((1, 6, 2, 4, 4)), None, jnp.zeros(wshape), jnp.zeros(bshape), padding_hw=(1, 1))
-
-
-def test_patch_engages_on_cpu_fp32_only(tiny_upstream):
-    fast = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
-    assert any(type(m) is causal_conv.TimeTapCausalConv3d for m in fast.module.modules())
-    fp32 = fast.lower_decode((1, 4, 3, 4, 4)).as_text()
-    # Each 3x3x3 causal conv becomes three 2-D convolutions: no rank-5 kernel is left.
-    assert not re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x3x\d+x\d+xf32>", fp32)
-    assert re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x\d+x\d+xf32>", fp32)
-    bf16 = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", dtype="bfloat16").lower_decode((1, 4, 3, 4, 4)).as_text()
-    assert re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x3x\d+x\d+xbf16>", bf16)
-
-
-def test_three_d_path_still_matches_upstream(tiny_upstream):
-    # What GPU, TPU and bf16 run, checked here on the CPU.
-    z = seeded_latents((1, 4, 5, 3, 4), seed=7)
-    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
-    assert not any(type(m) is causal_conv.TimeTapCausalConv3d for m in vae.module.modules())
-    assert_close(vae.decode(z).sample, upstream_decode(tiny_upstream, z), atol=2e-5, label="time_tap_conv=False")
-
-
-def test_options_need_cache_first():
-    with pytest.raises(ValueError, match="cache_first"):
-        ct.RuntimeOptions(cache_first=False, time_tap_conv=True)
-    plan = build_plan(ct.RuntimeOptions(cache_first=False), Placement("cpu", "float32"))
-    assert dict(plan.skipped)["time_tap_conv"] == "needs cache_first"
 
 
 def test_tail_is_built_from_its_frames_not_zeros():

@@ -1,6 +1,6 @@
 """A tiny offline CogVideoX pipeline: a one-layer random transformer, the tiny VAE, fixed prompt embeddings.
 
-Shared by tests/test_pipelines.py and the README's pipeline example
+Shared by tests/families/cogvideox/test_pipelines.py and the README's pipeline example
 (tests/test_readme.py). Importing it needs transformers: diffusers' pipeline
 modules import it, so callers skip first without it.
 """

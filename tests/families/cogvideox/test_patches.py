@@ -23,8 +23,10 @@ from cogvideox_torchax.families.cogvideox.patches import (
 )
 from cogvideox_torchax.families.cogvideox.patches.spatial_norm import LowResSpatialNorm3D
 from cogvideox_torchax.patches import group_norm
+from cogvideox_torchax.platforms.build import build_plan
+from cogvideox_torchax.platforms.run_plan import Placement
 from tests.support.parity import assert_close
-from tests.support.reference import upstream_decode
+from tests.support.reference import seeded_latents, upstream_decode
 
 # torchax's device as this package imports it: "jax" is never registered with torch
 # (cogvideox_torchax._torchax_device), so torch parses a module's .to() under its own name.
@@ -150,6 +152,32 @@ def test_time_tap_patch_follows_cache_first_and_keeps_eager_results(fresh):
     assert causal_conv.apply_time_tap_conv(fresh) == n > 0
     assert causal_conv.apply_time_tap_conv(fresh) == 0
     assert_close(upstream_decode(fresh, z), before, atol=1e-6, label="time taps, eager")
+
+
+def test_patch_engages_on_cpu_fp32_only(tiny_upstream):
+    fast = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
+    assert any(type(m) is causal_conv.TimeTapCausalConv3d for m in fast.module.modules())
+    fp32 = fast.lower_decode((1, 4, 3, 4, 4)).as_text()
+    # Each 3x3x3 causal conv becomes three 2-D convolutions: no rank-5 kernel is left.
+    assert not re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x3x\d+x\d+xf32>", fp32)
+    assert re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x\d+x\d+xf32>", fp32)
+    bf16 = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", dtype="bfloat16").lower_decode((1, 4, 3, 4, 4)).as_text()
+    assert re.search(r"stablehlo\.convolution[^\n]*tensor<3x3x3x\d+x\d+xbf16>", bf16)
+
+
+def test_three_d_path_still_matches_upstream(tiny_upstream):
+    # What GPU, TPU and bf16 run, checked here on the CPU.
+    z = seeded_latents((1, 4, 5, 3, 4), seed=7)
+    vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1", options=ct.RuntimeOptions(time_tap_conv=False))
+    assert not any(type(m) is causal_conv.TimeTapCausalConv3d for m in vae.module.modules())
+    assert_close(vae.decode(z).sample, upstream_decode(tiny_upstream, z), atol=2e-5, label="time_tap_conv=False")
+
+
+def test_options_need_cache_first():
+    with pytest.raises(ValueError, match="cache_first"):
+        ct.RuntimeOptions(cache_first=False, time_tap_conv=True)
+    plan = build_plan(ct.RuntimeOptions(cache_first=False), Placement("cpu", "float32"))
+    assert dict(plan.skipped)["time_tap_conv"] == "needs cache_first"
 
 
 def test_low_res_spatial_norm_builds_no_full_size_scale():

@@ -1,7 +1,7 @@
 """diffusers' Wan-VAE pipelines with the wrapped VAE, against the same pipeline with upstream's VAE.
 
-Tiny and offline, as CogVideoX's (tests/test_pipelines.py): tiny random
-transformers, each pipeline's scheduler, the wan-tiny VAE, prompt
+Tiny and offline, as CogVideoX's (tests/families/cogvideox/test_pipelines.py):
+tiny random transformers, each pipeline's scheduler, the wan-tiny VAE, prompt
 embeddings passed directly. Same seeds on both sides. Wan's text and image
 to video take ``pipe.vae = wrap(pipe.vae)``; VACE, video to video,
 SkyReels-V2 and Cosmos 2 are built around the wrapped VAE (their

@@ -1,4 +1,4 @@
-"""What a compiled program runs per call, its loops unrolled: read from XLA's text, checked on programs of known count."""
+"""`platforms.hlo`: what a compiled program runs per call, its loops unrolled, checked on programs of known count."""
 
 import jax
 import jax.numpy as jnp

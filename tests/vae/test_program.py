@@ -1,4 +1,4 @@
-"""Frames made on device: the uint8 mapping inside the jitted decode equals the host's, byte for byte."""
+"""`vae.program`'s frames made on device: the jitted decode's uint8 mapping equals the host's, byte for byte."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Frames the encoder reads: every Pillow mode and 10-bit video read as 8-bit RGB, or refused by name.
+"""`io.frames`, what the encoder reads: every Pillow mode and 10-bit video read as 8-bit RGB, or refused by name.
 
 8-bit modes as diffusers' video processor reads them (``convert("RGB")``);
 16-bit greyscale scaled (``v / 257``), where ``convert`` would clip mid-grey to
