@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from cogvideox_torchax.cli import errors, options
+from cogvideox_torchax.parallel import distributed  # imports no framework: JAX only once a cluster starts
 
 
 def peer_failed(codes: list[int], what: str, own: BaseException | None = None) -> errors.PeerFailed:
@@ -20,8 +21,6 @@ def peer_failed(codes: list[int], what: str, own: BaseException | None = None) -
 def gather_codes(code: int) -> list[int]:
     if process_count() == 1:
         return [code]
-    from cogvideox_torchax.parallel import distributed
-
     return distributed.gather_ints(code)
 
 
@@ -29,8 +28,6 @@ def start_distributed(joins: options.DistributedOptions) -> None:
     """Joins the cluster the options name, if any."""
     if not joins.joins:
         return
-    from cogvideox_torchax.parallel import distributed
-
     explicit = [joins.coordinator, joins.num_processes, joins.process_id]
     try:
         if joins.distributed and all(v is None for v in explicit):
@@ -46,8 +43,6 @@ def process_count() -> int:
     # slow, and a one-process run need not).
     if "jax" not in sys.modules:
         return 1
-    from cogvideox_torchax.parallel import distributed
-
     return distributed.process_count() if distributed.is_initialized() else 1
 
 
@@ -55,8 +50,6 @@ def is_primary() -> bool:
     """Whether this process reads, writes and prints (always, unless a non-zero jax.distributed process)."""
     if process_count() == 1:
         return True
-    from cogvideox_torchax.parallel import distributed
-
     return distributed.is_primary()
 
 

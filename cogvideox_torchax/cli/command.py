@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cogvideox_torchax.cli import agreement, errors, interrupts, options, timeline
+from cogvideox_torchax.platforms.accelerators import use_cpu_without_accelerators
 
 
 class Config(Protocol):
@@ -133,8 +134,6 @@ def _interrupted_note(config: Config | None) -> str:
 def main(config: Config, run: Callable[[Any], dict[str, Any]], print_summary: Callable[[dict[str, Any]], None]) -> int:
     """Runs a command's configuration; returns the exit code (see `errors.EXIT_CODES`)."""
     try:
-        from cogvideox_torchax.platforms.accelerators import use_cpu_without_accelerators
-
         with timeline.timed_part("backend"):  # JAX's plugins found (their imports are imports)
             use_cpu_without_accelerators()
         timeline.time_backend_start()

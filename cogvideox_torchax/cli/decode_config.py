@@ -9,7 +9,6 @@ from pathlib import Path
 from cogvideox_torchax.cli import options
 from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.io import video
-from cogvideox_torchax.io.writer import VideoOptions
 
 # mp4 stores the frame rate as a fraction of denominator <= 1001 (`video.encode_mp4`): these all are.
 FPS_RANGE = (0.01, 1000.0)
@@ -79,11 +78,6 @@ class DecodeConfig:
 
     def with_run(self, run: options.RunOptions) -> DecodeConfig:
         return dataclasses.replace(self, run=run)
-
-    def video_options(self, vae) -> VideoOptions:
-        """How videos are encoded: ``--fps`` (else the model family's: CogVideoX 8, Wan 16), ``--crf``, the encoder."""
-        fps = self.fps if self.fps is not None else vae.family.fps
-        return VideoOptions(fps, self.crf, self.encoder, self.preset)
 
 
 # NVENC's presets (p1 fastest ... p7 best); libx264's are `io.video.X264_PRESETS`.

@@ -204,7 +204,7 @@ def _encode(config: EncodeConfig, writer: Writer | None) -> dict[str, Any]:
     raw, info, read = _read(config, config.run.quiet)
 
     import jax  # about 1 s: after the video is read, so that one that cannot be is refused first
-    import torch
+    import torch  # as JAX
 
     cache_dir, vae, load = stages.load_together(config.run)
     x = _fit(config, vae, raw)
@@ -221,15 +221,14 @@ def _encode(config: EncodeConfig, writer: Writer | None) -> dict[str, Any]:
             encode.tick(num_frames)
         return encode, moments
 
-    # Compiled, then run, each agreed by every process.
-    with agreement.together("compiling and encoding"):
-        compile_stage, cache_events = out_of_memory.retry_out_of_memory(
-            vae, x.shape, "encode", "compiling the encode of",
-            lambda: stages.compile_stage(vae.compile_encode, x.shape, config.run), quiet=config.run.quiet,
-        )
-        encode, moments = out_of_memory.retry_out_of_memory(
-            vae, x.shape, "encode", "encoding video of", encode_all, quiet=config.run.quiet
-        )
+    # Compiled, then run, each agreed by every process (the run retried once on a smaller plan).
+    with agreement.together("compiling the encode"), \
+            out_of_memory.out_of_memory_as_exit_3("compiling the encode of", x.shape, vae, "encode"), \
+            stages.compiling(config.run) as compiled:
+        vae.compile_encode(x.shape)
+    with agreement.together("encoding"):
+        encode, moments = out_of_memory.retry_out_of_memory(vae, x.shape, "encode", "encoding video of", encode_all,
+                                                             quiet=config.run.quiet)
     # Every process takes part in gathering the moments (outside `together`:
     # a collective); only process 0 writes.
     posterior = vae.latent_dist(moments)
@@ -278,7 +277,7 @@ def _encode(config: EncodeConfig, writer: Writer | None) -> dict[str, Any]:
         **report.run_fields(vae, load),
         "memory_plan": vae.planned(tuple(x.shape), kind="encode").as_dict(),
         "read_s": round(read.seconds, 3),
-        **report.compile_fields(compile_stage.seconds, cache_dir, cache_events.status),
+        **report.compile_fields(compiled.seconds, cache_dir, compiled.cache),
         "encode_s": round(encode.seconds, 3),
         "write_s": round(write.seconds, 3),
         "frames_per_s": round(num_frames / encode.seconds, 3),

@@ -26,6 +26,7 @@ teardown let a late signal kill the process by itself, with no line.
 from __future__ import annotations
 
 import contextlib
+import importlib._bootstrap as bootstrap
 import os
 import signal
 import sys
@@ -177,8 +178,6 @@ def _flush() -> None:
 
 def _imports_whole() -> Callable[[], None]:
     """Defers a signal on the main thread to the end of the outermost import; returns the undo."""
-    import importlib._bootstrap as bootstrap
-
     original = getattr(bootstrap, "_find_and_load", None)
     if original is None:
         return lambda: None

@@ -1,29 +1,34 @@
-"""The decode command's arguments as jobs: one input file is one job, many files (``--output-dir``) many jobs.
+"""The decode command's arguments as jobs, the model loaded for them: one input file one job, many files many.
 
 A `Job` is what is written together: a file's videos (``-o``: moved in
 together, or none) or one video of a many-latents run (each moved in as it
-is done). Process 0 does all the reading; the command shares what it finds.
-In order: `find` (before the model loads: the one file read, so that bad
-latents are refused first; or the inputs found and the output folder
-checked), `scan` (each input prepared for the model's decode: its jobs, or
-why it fails), `batches` (jobs of one latent shape, ``--batch-size`` videos
-at a time, padded to the mesh's ``dp``) and `read` (a batch's latents).
+is done). `prepare` does it all, in order, process 0 reading and the others
+sharing what it found: the inputs found (one file read before the model
+loads, so that bad latents are refused first; many: found and the output
+folder checked), one file's outputs staged (the writability probe), the
+model loaded (`stages.load_together`), each input read into jobs (or failed
+and named), and the jobs' batch shapes (equal shapes ``--batch-size``
+videos at a time, padded to the mesh's ``dp``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import glob
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cogvideox_torchax.cli import agreement, errors
+from cogvideox_torchax.cli import agreement, errors, interrupts, stages
 from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.io import family_latents, latents, outputs, video
+from cogvideox_torchax.io.writer import VideoOptions, Writer
+from cogvideox_torchax.parallel import distributed
 
 if TYPE_CHECKING:
     from cogvideox_torchax.cli.decode_config import DecodeConfig
@@ -52,6 +57,67 @@ class Job:
     @classmethod
     def from_dict(cls, d: dict) -> Job:
         return cls(d["source"], int(d["index"]), tuple(d["outputs"]), tuple(int(v) for v in d["shape"]))
+
+
+@dataclasses.dataclass
+class Work:
+    """What a decode run works on, on every process (``found`` and ``writer``: process 0's)."""
+
+    vae: Any
+    load: Any  # the load stage (its seconds)
+    cache_dir: Path | None
+    jobs: list[Job]
+    failed: list[dict[str, Any]]  # inputs that cannot be decoded, each named
+    skipped: list[str]  # outputs there already (--skip-existing)
+    shapes: dict[tuple[int, ...], tuple[int, ...]]  # each job shape's batch shape
+    batches: list[list[Job]]  # jobs decoded together: one file's one; many: of one shape, --batch-size at a time
+    inputs: int
+    video: VideoOptions  # how videos are encoded: --fps (else the family's), --crf, the encoder
+    layout: str | None = None  # one file's latents layout
+    names: list[Path] = dataclasses.field(default_factory=list)  # one file's outputs
+    found: Found | None = None
+    writer: Writer | None = None  # one file's outputs, staged before the model loads
+    stage: Callable[[list, str], Writer] | None = None  # a Writer of outputs and their kind, as this run writes
+
+
+def prepare(config: DecodeConfig, stack: contextlib.ExitStack) -> Work:
+    """The run's jobs, the model loaded for them; one file's outputs staged (their writer entered on ``stack``).
+
+    Raises:
+        UsageError / ValueError: inputs, outputs or an output folder that cannot be used (exit 2), before the
+            model loads wherever they can be.
+    """
+    many = config.output_dir is not None
+    found = None
+    with agreement.together("finding the inputs" if many else "reading the latents"):
+        if agreement.is_primary():
+            found = find(config)
+    shared = distributed.share_json(None if found is None else
+                                    {"inputs": len(found.sources), "videos": None if many else len(found.z)})
+    names = [] if many or config.output is None else outputs.output_paths(Path(config.output), shared["videos"])
+    # A Writer of outputs and their kind, its commit held whole against signals.
+    stage = functools.partial(Writer, overwrite=config.overwrite, atomic=interrupts.deferred,
+                              committed=interrupts.WRITTEN)
+    writer = None
+    with agreement.together("checking the outputs"):
+        if agreement.is_primary() and config.run.dry_run:  # as the run would: refused now, nothing made
+            outputs.check_outputs(names, overwrite=config.overwrite)
+        elif agreement.is_primary() and not many:
+            writer = stack.enter_context(stage(names, outputs.output_kind(config.output)))
+    cache_dir, vae, load = stages.load_together(config.run)
+    work: dict[str, Any] = {}
+    with agreement.together("reading the inputs"):
+        if agreement.is_primary():
+            work = scan(config, vae, found)
+    work = distributed.share_json(work)
+    jobs = [Job.from_dict(d) for d in work["jobs"]]
+    dp = vae.mesh.shape["dp"]
+    size = config.batch_size or dp
+    fps = config.fps if config.fps is not None else vae.family.fps
+    return Work(vae, load, cache_dir, jobs, work["failed"], work["skipped"], batch_shapes(jobs, size, dp, many),
+                batches(jobs, size) if many else [jobs], shared["inputs"],
+                VideoOptions(fps, config.crf, config.encoder, config.preset), work.get("layout"), names, found, writer,
+                stage)
 
 
 @dataclasses.dataclass
@@ -161,20 +227,17 @@ def prepared(config: DecodeConfig, vae, source: str, found: Found | None = None)
 
     A file another family's pipelines wrote is refused; an mp4 output checked for its frame size.
     """
-    if found is None:
-        z, metadata = latents.read_latents(source, config.key), latents.read_metadata(source)
-        latents.check_shape(z.shape)
-    else:
-        z, metadata = found.z, found.metadata
-    for warning in family_latents.check_origin(vae, metadata or {}, repr(source)):
+    read = (found.z, found.metadata) if found is not None else None
+    z, layout, warnings = family_latents.read_for(vae, source, config.key, layout=config.layout,
+                                                  unscale=config.unscale, read=read)
+    for warning in warnings:
         errors.warn_once(warning, config.run.quiet)
-    z, layout = family_latents.prepare_for(vae, z, layout=config.layout, unscale=config.unscale)
     if (config.format or (config.output and outputs.output_kind(config.output))) == "mp4":
         video.check_mp4_size(*family_latents.frame_size(vae, z.shape))
     return z, layout
 
 
-def scan(config: DecodeConfig, vae, found: Found, bar) -> dict[str, Any]:
+def scan(config: DecodeConfig, vae, found: Found) -> dict[str, Any]:
     """Each input read once and prepared: its jobs, or why it fails or is skipped. Process 0 only.
 
     One file is one job of all its videos (a failure is the run's); with
@@ -185,11 +248,16 @@ def scan(config: DecodeConfig, vae, found: Found, bar) -> dict[str, Any]:
         UsageError: two videos would write one output, an output would replace an input, or outputs exist
             (without ``--skip-existing`` or ``--overwrite``).
     """
-    if config.output_dir is None:
+    if config.output_dir is None:  # a failure is the run's
         found.z, layout = prepared(config, vae, found.sources[0], found)
         names = [] if config.output is None else outputs.output_paths(Path(config.output), found.z.shape[0])
         job = Job(found.sources[0], 0, tuple(map(str, names)), tuple(found.z.shape))
         return {"jobs": [job.as_dict()], "failed": [], "skipped": [], "layout": layout}
+    with stages.Stage("read", len(found.sources), "file", config.run.quiet) as bar:
+        return _scan_many(config, vae, found, bar)
+
+
+def _scan_many(config: DecodeConfig, vae, found: Found, bar: stages.Stage) -> dict[str, Any]:
     out_dir = Path(config.output_dir)
     jobs, failed, skipped, existing = [], [], [], []
     inputs = {os.path.realpath(source) for source in found.sources}
@@ -203,7 +271,8 @@ def scan(config: DecodeConfig, vae, found: Found, bar) -> dict[str, Any]:
                     raise ValueError(f"its output name {name!r} would be {len(os.fsencode(name))} bytes, longer "
                                      f"than the {_NAME_MAX} a folder takes; rename the input")
         except (ValueError, OSError) as e:
-            failed += failures([source], errors.one_line(e), bar)
+            failed.append({"input": source, "error": errors.one_line(e)})
+            bar.write(f"failed: {source!r}: {errors.one_line(e)}")
             bar.tick()
             continue
         for i, name in enumerate(names):
@@ -272,39 +341,3 @@ def batch_shapes(jobs: Sequence[Job], size: int, dp: int, padded: bool) -> dict[
     if not padded:  # one file: its own batch
         return {s: s for s in counts}
     return {s: (padded_size(n, size, dp), *s[1:]) for s, n in counts.items()}
-
-
-def read(config: DecodeConfig, vae, batch: list[Job], shape: tuple[int, ...], found: Found):
-    """A batch's latents, zero-padded to ``shape``, and the sources that could not be read again (process 0)."""
-    if config.output_dir is None:  # one file: read and prepared already (`scan`)
-        return found.z, {}
-    z = np.zeros(shape, np.float32)
-    unread: dict[str, str] = {}
-    cache: dict[str, np.ndarray] = {}
-    for i, job in enumerate(batch):
-        try:
-            if job.source not in cache:
-                cache = {job.source: prepared(config, vae, job.source)[0]}  # files of several videos: read once
-            one = cache[job.source][job.index : job.index + 1]
-            if one.shape != job.shape:
-                raise ValueError(f"{job.source!r} changed while this command ran (now {one.shape})")
-            z[i] = one[0]
-        except (ValueError, OSError) as e:
-            unread[job.source] = errors.one_line(e)
-    return z, unread
-
-
-def failures(failed: list, error: str, bar) -> list[dict[str, Any]]:
-    """Reports each failed input (a path, or a `Job` of one video) on stderr (process 0); returns them."""
-    out = []
-    for item in failed:
-        if isinstance(item, str):
-            entry: dict[str, Any] = {"input": item, "error": error}
-            name = repr(item)
-        else:
-            entry = {"input": item.source, "video": item.index, "output": item.outputs[0], "error": error}
-            name = f"{item.source!r} -> {item.outputs[0]!r}"
-        if agreement.is_primary():
-            bar.write(f"failed: {name}: {error}")
-        out.append(entry)
-    return out

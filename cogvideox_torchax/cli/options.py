@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from cogvideox_torchax import spellings
+from cogvideox_torchax import families, spellings
 from cogvideox_torchax.cli import errors
+from cogvideox_torchax.memory import in_use
+from cogvideox_torchax.platforms import accelerators
 
 RANDOM_PREFIX = "random:"
 
@@ -78,8 +80,6 @@ def check_output_path(flag: str, output: str, inputs: list[str], is_dir: bool) -
     Raises:
         errors.UsageError: a trailing slash on a file output, or an output that would replace an input.
     """
-    import os
-
     if not is_dir and output.endswith(("/", os.sep)):
         raise errors.UsageError(f"{flag} {output!r} ends with a slash, which names a folder; this output is a file")
     target = os.path.realpath(output)
@@ -142,9 +142,6 @@ class RunOptions:
         """
         check_shared_cheaply(args)
         dtype = spellings.dtype_name(args.dtype)
-        # This module imports JAX: after every check that needs no framework.
-        from cogvideox_torchax.memory import in_use
-
         model = ModelOptions(args.model, args.subfolder, dtype, args.mesh, args.seed, str(args.max_memory), args.target,
                              args.untiled)
         joins = DistributedOptions(
@@ -166,8 +163,6 @@ def check_shared_cheaply(args: argparse.Namespace) -> None:
         errors.UsageError: a dtype or memory budget that cannot be, a seed or timeout out of range, a
             ``--target`` without ``--dry-run`` or unknown.
     """
-    from cogvideox_torchax.platforms import accelerators  # imports no framework
-
     try:
         spellings.dtype_name(args.dtype)
     except ValueError as e:
@@ -223,8 +218,6 @@ def by_family(describe: Callable[[Any], str], separator: str = ", ") -> str:
     The commands' help is made from the records, so that a family added is
     described without editing a help text.
     """
-    from cogvideox_torchax import families
-
     said: dict[str, list[str]] = {}
     for family in families.FAMILIES.values():
         said.setdefault(describe(family), []).append(family.title)
@@ -242,8 +235,6 @@ def spatial_factors(family: Any) -> str:
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The model, runtime and reporting options both commands take."""
-    from cogvideox_torchax import families
-
     # Every family's presets, as its record names them.
     presets = "; ".join(f"{family.title} " + " / ".join(f"{RANDOM_PREFIX}{name}" for name in family.presets)
                         for family in families.FAMILIES.values())
@@ -301,76 +292,3 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars and no summary")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-
-
-def compile_cache_from(run: RunOptions) -> Path | None:
-    """Turns the persistent compile cache on (returns its folder) or off (None) as the options say.
-
-    A ``--compile-cache`` folder that cannot be created or written is bad
-    input; a default folder that cannot (e.g. a home that is not writable)
-    is a warning, and the run goes on without the cache.
-    """
-    from cogvideox_torchax.vae import compile_cache
-
-    if not run.use_compile_cache:
-        compile_cache.disable_compile_cache()
-        return None
-    try:
-        return compile_cache.enable_compile_cache(run.compile_cache)
-    except OSError as e:
-        if run.compile_cache is not None:
-            raise errors.UsageError(
-                f"compile cache folder {e.strerror}; pass another --compile-cache or --no-compile-cache"
-            ) from e
-        errors.warn_once(f"cannot use the default compile cache {e.strerror}; running without it", run.quiet)
-        compile_cache.disable_compile_cache()
-        return None
-
-
-def check_mesh(mesh: str) -> None:
-    """Refuses a ``--mesh`` that is malformed or needs more devices than there are, before any weight is built.
-
-    Imports JAX (to count the devices), not the model.
-
-    Raises:
-        errors.UsageError: naming the mesh and the devices there are.
-    """
-    from cogvideox_torchax.parallel.sharding import make_mesh
-
-    try:
-        make_mesh(mesh)
-    except ValueError as e:
-        raise errors.UsageError(f"--mesh: {e}") from e
-
-
-def load_model(model: ModelOptions):
-    """The `TorchaxVAE` the model options name."""
-    import cogvideox_torchax as ct
-
-    # With --target, --mesh is the target's; the weights stay on one local device.
-    mesh = "dp=1,tp=1" if model.target is not None else model.mesh
-    if mesh is not None:
-        check_mesh(mesh)
-    if model.model.startswith(RANDOM_PREFIX):
-        try:
-            module = ct.random_upstream(model.model[len(RANDOM_PREFIX) :], seed=model.seed)
-        except ValueError as e:
-            raise errors.UsageError(str(e)) from e
-        vae = ct.wrap(module, dtype=model.dtype, mesh=mesh, max_memory=model.max_memory)
-    else:
-        subfolder = model.subfolder
-        path = Path(model.model)
-        # A hub id, or a whole pipeline's folder (model_index.json, vae/...): its VAE.
-        if subfolder is None and (not path.exists() or (not (path / "config.json").exists()
-                                                         and (path / "vae" / "config.json").is_file())):
-            subfolder = "vae"
-        vae = ct.from_pretrained(model.model, subfolder=subfolder, dtype=model.dtype, mesh=mesh,
-                                 max_memory=model.max_memory)
-    if model.untiled:
-        settings = vae.family.untiled_settings
-        if settings is None:
-            raise errors.UsageError(f"--untiled: {vae.family.title}'s decode and encode have no frame windows to "
-                                    "turn off (they are already whole, or walk frames with exact caches)")
-        for name, value in settings.items():
-            setattr(vae, name, value)
-    return vae

@@ -1,4 +1,4 @@
-"""Out of memory in a command: one line naming the shape, the plan and the ``--max-memory`` that fits; the agreed retry."""
+"""Out of memory in a command: one line naming the shape, plan and ``--max-memory`` that fits; the retry's agreed steps."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from cogvideox_torchax.cli import agreement, errors
 
 
 def is_out_of_memory(e: BaseException) -> bool:
-    from cogvideox_torchax.memory.retry import is_out_of_memory
+    """XLA's RESOURCE_EXHAUSTED / out of memory, or a MemoryError (`retry.is_out_of_memory`), not bad input."""
+    from cogvideox_torchax.memory.retry import is_out_of_memory  # imports JAX: not before the options are checked
 
     return not isinstance(e, errors.UsageError) and is_out_of_memory(e)
 
@@ -113,26 +116,28 @@ class AgreedSteps:
         return errors.EXIT_OUT_OF_MEMORY in self.codes and set(self.codes) <= {errors.EXIT_OK, errors.EXIT_OUT_OF_MEMORY}
 
     def replaced(self, failed, smaller, shape: tuple[int, ...]) -> None:
-        from cogvideox_torchax.memory.retry import replaced_line
+        from cogvideox_torchax.memory.retry import replaced_line  # imports JAX, loaded by now
 
         errors.warn_once(replaced_line(failed, smaller, shape), self.quiet)
 
 
-def retry_out_of_memory(vae, shape: tuple[int, ...], kind: str, what: str, run: Callable[[], Any], *, quiet: bool) -> Any:
-    """``run()`` through the library's retry (`retry.retry_out_of_memory`) with `AgreedSteps`.
+def retry_out_of_memory(vae, shape: tuple[int, ...], kind: str, what: str, run: Callable[[], Any], *,
+                        quiet: bool) -> Any:
+    """``run()`` (a call of the VAE) through the library's retry (`retry.retry_out_of_memory`) with `AgreedSteps`.
 
     With ``--max-memory auto``, a run that runs out of memory is tried once
     more on the next smaller plan (a warning line says so) before the
-    command gives up with exit code 3.
+    command gives up with exit code 3. The VAE's own retry, inside, leaves
+    it to this one.
     """
-    from cogvideox_torchax.memory.retry import retry_out_of_memory as retry
+    from cogvideox_torchax.memory.retry import retry_out_of_memory as retry  # imports JAX, loaded by now
 
     return retry(vae.planner, kind, tuple(shape), run, AgreedSteps(vae, shape, kind, what, quiet=quiet))
 
 
 def nonfinite_cause(vae, what: str, input_largest: float) -> str:
     """Why a decode or encode result holds NaN/Inf: NaN weights, or an input out of range for the dtype."""
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # loaded with the model by now
 
     for key, w in vae.weights.items():
         if not bool(jnp.isfinite(w).all()):
@@ -148,7 +153,5 @@ def nonfinite_cause(vae, what: str, input_largest: float) -> str:
 
 def check_finite(result, vae, what: str, input_largest: float) -> None:
     """Raises `errors.UsageError` (exit 2, nothing written) when ``result`` holds NaN or Inf, naming the cause."""
-    import numpy as np
-
     if not np.isfinite(result).all():
         raise errors.UsageError(nonfinite_cause(vae, what, input_largest))

@@ -1,4 +1,4 @@
-"""Which way a batch shape decodes: streamed, or whole on the memory plan. The rule every decode run shares.
+"""Each batch shape's way, decided and compiled before the first decode: streamed, or whole on the memory plan.
 
 mp4 and PNG outputs stream (`TorchaxVAE.decode_stream`, written while the
 next latent frames decode) when the plan can (`vae.stream.why_not_streamed`)
@@ -7,17 +7,17 @@ on the planner's plan (`TorchaxVAE.memory_plan`: whole, tiled, or on a wider
 mesh). A streamed decode holds one latent frame batch's activations rather
 than the whole video's, so it fits wherever the whole decode does and often
 where only a tiled one would. A stream that runs out of memory under
-``--max-memory auto`` falls back to the plan (`ShapePlan.fall_back`), once.
+``--max-memory auto`` falls back to the plan (`streaming`), once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from cogvideox_torchax.cli import errors, out_of_memory
+from cogvideox_torchax.cli import agreement, errors, out_of_memory, stages
 
 if TYPE_CHECKING:
     from cogvideox_torchax.memory.budget import MemoryPlan
@@ -33,11 +33,10 @@ class ShapePlan:
     program: str  # the whole decode's program: "frames" (uint8 frames made on device) or "decode"
     streamed: MemoryPlan | None
     why_not: str | None
-    compiled: Any = None  # what the compile stage returned for the stream's programs
-
-    def memory_plan(self, vae) -> MemoryPlan | None:
-        """The plan the shape ran (or would run) on."""
-        return self.streamed or vae.planned(self.shape, kind=self.program)
+    error: Exception | None = None  # a many-latents run: why this shape's videos fail (planning failed)
+    memory: MemoryPlan | None = None  # --dry-run: the plan, compiled
+    plan_s: float = 0.0  # --dry-run: the plan stage's seconds
+    target: dict[str, Any] = dataclasses.field(default_factory=dict)  # --dry-run --target: `stages.target_report`
 
     def fall_back(self, why: str) -> None:
         """Decodes whole on the memory plan from now on."""
@@ -59,9 +58,9 @@ def why_not(stream: bool, kind: str | None, vae, shape: tuple[int, ...], target:
     return stream.why_not_streamed(vae.module, tuple(shape), vae.programs)
 
 
-def choose(vae, shape: tuple[int, ...], kind: str | None, stream: bool, target: str | None = None,
-           compile_with: Callable[[Callable[[Any], Any]], Any] | None = None) -> ShapePlan:
-    """Streamed if it can and its two programs fit the budget (compiled through ``compile_with(fn)``), else whole.
+def _choose(vae, shape: tuple[int, ...], kind: str | None, stream: bool, target: str | None = None,
+            compiling: Callable[[], Any] | None = None) -> ShapePlan:
+    """Streamed if it can and its two programs fit the budget (compiled inside ``compiling()``), else whole.
 
     A stream whose compile runs out of memory decodes whole on the plan,
     which is checked against the budget by its own compiled bytes.
@@ -73,11 +72,9 @@ def choose(vae, shape: tuple[int, ...], kind: str | None, stream: bool, target: 
         return ShapePlan(tuple(shape), program, None, why)
     plans: list[MemoryPlan] = []
 
-    def compile_stream(s: Any) -> None:
-        plans.append(vae.stream_plan(tuple(s)))
-
     try:
-        compiled = compile_with(compile_stream) if compile_with else compile_stream(shape)
+        with compiling() if compiling else contextlib.nullcontext():
+            plans.append(vae.stream_plan(tuple(shape)))
     except Exception as e:
         if not out_of_memory.is_out_of_memory(e):
             raise
@@ -86,7 +83,61 @@ def choose(vae, shape: tuple[int, ...], kind: str | None, stream: bool, target: 
     if plan.budget is not None and plan.bytes > plan.budget:
         return ShapePlan(tuple(shape), program, None, f"the streamed decode needs {plan.bytes / 2**30:.2f} GiB per "
                          f"device, above the {plan.budget / 2**30:.2f} GiB usable")
-    return ShapePlan(tuple(shape), program, plan, None, compiled)
+    return ShapePlan(tuple(shape), program, plan, None)
+
+
+@dataclasses.dataclass
+class Plans:
+    """Every batch shape's `ShapePlan`, with the compile stages' seconds and the compile cache as they saw it."""
+
+    by_shape: dict[tuple[int, ...], ShapePlan]
+    compile_s: float = 0.0
+    cache: str = "on"  # several shapes: the cache is on, each one's hit or miss not told
+
+
+def make(config, vae, shapes: list[tuple[int, ...]], kind: str | None) -> Plans:
+    """Each shape's way, its programs compiled (a compile stage; the plan stage with ``--dry-run``).
+
+    One file: a failure is the run's. Many: a shape that cannot be planned
+    fails its videos (``error``), the others go on.
+    """
+    run, many = config.run, config.output_dir is not None
+    out = Plans({})
+    for shape in shapes:
+        def choose(shape=shape) -> ShapePlan:
+            return _choose(vae, shape, kind, config.stream, run.model.target if run.dry_run else None,
+                           None if run.dry_run else (lambda: _compiling(out, run, many)))
+
+        try:
+            if run.dry_run:
+                memory, chosen, stage = stages.plan_stage(vae, shape, "decode", run, choose)
+                chosen.memory, chosen.plan_s = memory, stage.seconds
+                if run.model.target is not None:
+                    chosen.target = stages.target_report(vae, shape, chosen.program, run.model.target, memory)
+            else:
+                chosen = choose()
+                if chosen.streamed is None:
+                    guard = out_of_memory.out_of_memory_as_exit_3("compiling the decode of", shape, vae, chosen.program)
+                    with agreement.together(f"compiling the decode of shape {shape}"), guard, \
+                            _compiling(out, run, many):
+                        vae.compile_decode(shape, frames=chosen.program == "frames")
+        except Exception as e:
+            if not many or run.dry_run or (isinstance(e, errors.PeerFailed) and e.code in errors.SIGNALLED):
+                raise
+            if run.debug and not isinstance(e, errors.PeerFailed) and agreement.process_count() == 1:
+                raise
+            chosen = ShapePlan(tuple(shape), "frames" if kind in STREAMED_KINDS else "decode", None, None, e)
+        out.by_shape[tuple(shape)] = chosen
+    return out
+
+
+@contextlib.contextmanager
+def _compiling(out: Plans, run, many: bool) -> Iterator[None]:
+    with stages.compiling(run, shown=not many) as done:
+        yield
+    out.compile_s += done.seconds
+    if not many:
+        out.cache = done.cache
 
 
 class streaming(contextlib.AbstractContextManager):  # noqa: N801 (a context manager, used as a function)
@@ -99,9 +150,7 @@ class streaming(contextlib.AbstractContextManager):  # noqa: N801 (a context man
         self.vae, self.plan, self.say = vae, plan, say
 
     def __exit__(self, exc_type, e, tb) -> bool:
-        if e is None or not isinstance(e, Exception) or not out_of_memory.is_out_of_memory(e):
-            return False
-        if isinstance(e, errors.OutOfMemory):
+        if not isinstance(e, Exception) or isinstance(e, errors.OutOfMemory) or not out_of_memory.is_out_of_memory(e):
             return False
         if self.vae.memory_budget()[1] == "max_memory":  # the budget the user gave: out of memory is final
             raise errors.OutOfMemory(out_of_memory.line(e, "decoding latents of", self.plan.shape)) from e

@@ -1,15 +1,20 @@
-"""The commands' stages (load, compile, plan), each a progress bar on stderr and a time in the summary."""
+"""The commands' stages (load, compile, plan), each a progress bar on stderr and a time in the summary.
+
+Loading is the model the options name (a ``random:`` preset, a folder or a
+hub id), on its mesh, with the JAX compile cache on or off as asked.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from cogvideox_torchax.cli import agreement, errors, interrupts, options, out_of_memory, plans, timeline
+from cogvideox_torchax.cli import agreement, errors, interrupts, options, out_of_memory, timeline
 from cogvideox_torchax.memory import in_use
 from cogvideox_torchax.platforms import accelerators, hlo
 
@@ -50,7 +55,7 @@ def load_together(run: options.RunOptions):
     (a collective, so here rather than at the first plan inside a step).
     """
     with agreement.together("loading the model"):
-        cache_dir = options.compile_cache_from(run)
+        cache_dir = compile_cache_from(run)
         vae, stage = load_stage(run)
     if agreement.process_count() > 1:
         vae.memory_budget()
@@ -62,7 +67,7 @@ def load_stage(run: options.RunOptions):
     import jax  # about 1 s: only once the options are checked (bad ones are refused in milliseconds)
 
     with Stage("load", 1, "model", run.quiet) as stage:
-        vae = options.load_model(run.model)
+        vae = load_model(run.model)
         for name, start, end in vae.programs.load_times:  # checks, weights, wrap
             timeline.record_part(name, start, end)
         with timeline.timed_part("weights"):
@@ -73,36 +78,47 @@ def load_stage(run: options.RunOptions):
     return vae, stage
 
 
-def compile_stage(compile_for: Callable[[tuple[int, ...]], Any], shape: tuple[int, ...], run: options.RunOptions,
-                  shown: bool = True):
-    """The "compile" stage: ``compile_for(shape)``, counting cache hits. Returns ``(stage, cache_events)``.
+@contextlib.contextmanager
+def compiling(run: options.RunOptions, shown: bool = True) -> Iterator[Compiled]:
+    """The "compile" stage around the block (which compiles), counting cache hits: yields its `Compiled` record.
 
     Not ``shown``: no bar (a many-latents run's shapes compile under its decode bar), a part of the timeline.
     """
     from cogvideox_torchax.vae import compile_cache  # imports JAX: not before the options are checked
 
+    done = Compiled()
     with Stage("compile", 1, "program", run.quiet or not shown, record=shown) as stage:
         with timeline.timed_part("compile") if not shown else contextlib.nullcontext():
-            with compile_cache.count_cache_events() as cache_events:
-                compile_for(tuple(shape))
+            with compile_cache.count_cache_events() as events:
+                yield done
         stage.tick()
+    done.seconds, done.cache = stage.seconds, events.status
     if run.memory_report:
         in_use.report("compile")
-    return stage, cache_events
+
+
+class Compiled:
+    """What a compile stage saw: its seconds and the compile cache (``hit``, ``miss``, ...)."""
+
+    seconds = 0.0
+    cache = "off"
 
 
 def plan_stage(vae, shape: tuple[int, ...], kind: str, run: options.RunOptions,
-               choose: Callable[[], plans.ShapePlan] | None = None):
-    """``--dry-run``'s "plan" stage: the stream's plan where ``choose()`` gives one, else the memory plan of ``kind``.
+               choose: Callable[[], Any] | None = None):
+    """``--dry-run``'s "plan" stage: the stream's plan where ``choose()`` gives one, else the memory plan.
 
-    Compiled, not run. Returns ``(plan, shape_plan, stage)``.
+    ``choose()``: a `plans.ShapePlan` (its ``streamed`` plan, or the
+    ``program`` to plan); without it the ``kind`` program is planned.
+    Compiled, not run. Returns ``(plan, chosen, stage)``.
     """
     target = run.model.target
     with agreement.together("planning"), out_of_memory.out_of_memory_as_exit_3(f"planning the {kind} of", shape):
         with Stage("plan", 1, "shape", run.quiet) as stage:
-            chosen = choose() if choose is not None else plans.ShapePlan(tuple(shape), kind, None, None)
-            plan = chosen.streamed or vae.memory_plan(tuple(shape), kind=chosen.program, target=target,
-                                                      mesh=run.model.mesh if target else None)
+            chosen = choose() if choose is not None else None
+            plan = (chosen and chosen.streamed) or vae.memory_plan(
+                tuple(shape), kind=chosen.program if chosen else kind, target=target,
+                mesh=run.model.mesh if target else None)
             stage.tick()
     return plan, chosen, stage
 
@@ -128,3 +144,76 @@ def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> 
                              "outputs": int(m.output_size_in_bytes)},
         "compiled": hlo.compiled_summary(compiled.as_text()),
     }
+
+
+def compile_cache_from(run: options.RunOptions) -> Path | None:
+    """Turns the persistent compile cache on (returns its folder) or off (None) as the options say.
+
+    A ``--compile-cache`` folder that cannot be created or written is bad
+    input; a default folder that cannot (e.g. a home that is not writable)
+    is a warning, and the run goes on without the cache.
+    """
+    from cogvideox_torchax.vae import compile_cache  # imports JAX: not before the options are checked
+
+    if not run.use_compile_cache:
+        compile_cache.disable_compile_cache()
+        return None
+    try:
+        return compile_cache.enable_compile_cache(run.compile_cache)
+    except OSError as e:
+        if run.compile_cache is not None:
+            raise errors.UsageError(
+                f"compile cache folder {e.strerror}; pass another --compile-cache or --no-compile-cache"
+            ) from e
+        errors.warn_once(f"cannot use the default compile cache {e.strerror}; running without it", run.quiet)
+        compile_cache.disable_compile_cache()
+        return None
+
+
+def check_mesh(mesh: str) -> None:
+    """Refuses a ``--mesh`` that is malformed or needs more devices than there are, before any weight is built.
+
+    Imports JAX (to count the devices), not the model.
+
+    Raises:
+        errors.UsageError: naming the mesh and the devices there are.
+    """
+    from cogvideox_torchax.parallel.sharding import make_mesh  # imports JAX: not before the options are checked
+
+    try:
+        make_mesh(mesh)
+    except ValueError as e:
+        raise errors.UsageError(f"--mesh: {e}") from e
+
+
+def load_model(model: options.ModelOptions):
+    """The `TorchaxVAE` the model options name."""
+    import cogvideox_torchax as ct  # imports torch, JAX and diffusers: not before the options are checked
+
+    # With --target, --mesh is the target's; the weights stay on one local device.
+    mesh = "dp=1,tp=1" if model.target is not None else model.mesh
+    if mesh is not None:
+        check_mesh(mesh)
+    if model.model.startswith(options.RANDOM_PREFIX):
+        try:
+            module = ct.random_upstream(model.model[len(options.RANDOM_PREFIX) :], seed=model.seed)
+        except ValueError as e:
+            raise errors.UsageError(str(e)) from e
+        vae = ct.wrap(module, dtype=model.dtype, mesh=mesh, max_memory=model.max_memory)
+    else:
+        subfolder = model.subfolder
+        path = Path(model.model)
+        # A hub id, or a whole pipeline's folder (model_index.json, vae/...): its VAE.
+        if subfolder is None and (not path.exists() or (not (path / "config.json").exists()
+                                                         and (path / "vae" / "config.json").is_file())):
+            subfolder = "vae"
+        vae = ct.from_pretrained(model.model, subfolder=subfolder, dtype=model.dtype, mesh=mesh,
+                                 max_memory=model.max_memory)
+    if model.untiled:
+        settings = vae.family.untiled_settings
+        if settings is None:
+            raise errors.UsageError(f"--untiled: {vae.family.title}'s decode and encode have no frame windows to "
+                                    "turn off (they are already whole, or walk frames with exact caches)")
+        for name, value in settings.items():
+            setattr(vae, name, value)
+    return vae

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from cogvideox_torchax.cli import errors, timeline
+from cogvideox_torchax.io import family_latents
 from cogvideox_torchax.io.paths import shown  # names that are not UTF-8 printed, not a failure
+from cogvideox_torchax.parallel import distributed
 
 
 def run_fields(vae, load) -> dict[str, Any]:
@@ -36,6 +38,77 @@ def compile_fields(seconds: float, cache_dir: Any, status: str) -> dict[str, Any
         "compile_cache": status if cache_dir else "off",
         "compile_cache_dir": str(cache_dir) if cache_dir else None,
     }
+
+
+def decoded(config, work, plans, done, decode_s: float, total_s: float) -> dict[str, Any]:
+    """A decode run's summary: one file's outputs, shapes and timings, or a many-latents run's counts per shape."""
+    vae = work.vae
+    fields = {**run_fields(vae, work.load), **compile_fields(plans.compile_s, work.cache_dir, plans.cache)}
+    if config.output_dir is None:
+        (job,) = work.jobs
+        plan = plans.by_shape[job.shape]
+        return {
+            "outputs": [str(p) for p in work.names],
+            "kind": done.kind,
+            "latents_shape": list(job.shape),
+            "layout": work.layout,
+            "unscaled": bool(config.unscale),
+            "unscaled_as": vae.family.pipeline_word(),
+            "video_shape": [job.shape[0], 3, family_latents.frames_of(vae, job.shape[2]),
+                            *family_latents.frame_size(vae, job.shape)],
+            "memory_plan": (plan.streamed or vae.planned(job.shape, kind=plan.program)).as_dict(),
+            "streamed": plan.streamed is not None,
+            "stream_why_not": plan.why_not,
+            **fields,
+            "end_to_end_s": round(total_s, 3),
+            **done.times,
+        }
+    memory = {str(list(s)): p.streamed or vae.planned(s, kind=p.program) for s, p in plans.by_shape.items()}
+    return {
+        "many": True,
+        "exit_code": distributed.share_json(errors.EXIT_SOME_FAILED if done.failed else errors.EXIT_OK),
+        "output_dir": str(config.output_dir),
+        "format": config.format,
+        "inputs": work.inputs,
+        "videos": len(work.jobs),
+        "written": done.written,
+        "skipped": work.skipped,
+        "failed": done.failed,
+        "shapes": [list(s) for s in plans.by_shape],
+        "batch_size": config.batch_size or vae.mesh.shape["dp"],
+        **fields,
+        "memory_plans": {k: p.as_dict() for k, p in memory.items() if p is not None},
+        # Each shape's reason, where its videos were decoded whole and then written.
+        "stream_why_not": _why_not(plans),
+        "decode_s": round(decode_s, 3),
+        "videos_per_s": round(len(done.written) / decode_s, 3) if decode_s > 0 else None,
+    }
+
+
+def planned(config, work, plans) -> dict[str, Any]:
+    """``--dry-run``'s summary: each shape's plan, compiled, nothing run (and ``--target``'s report)."""
+    fields = {"dry_run": True, **run_fields(work.vae, work.load)}
+    if config.output_dir is not None:
+        return {
+            "many": True,
+            **fields,
+            # As a real run would end: some inputs cannot be decoded.
+            "exit_code": errors.EXIT_SOME_FAILED if work.failed else errors.EXIT_OK,
+            "videos": len(work.jobs),
+            "skipped": work.skipped,
+            "failed": work.failed,
+            "batch_size": config.batch_size or work.vae.mesh.shape["dp"],
+            "memory_plans": {str(list(s)): p.memory.as_dict() for s, p in plans.by_shape.items()},
+            "stream_why_not": _why_not(plans),
+        }
+    ((shape, plan),) = plans.by_shape.items()
+    return {**fields, "memory_plan": plan.memory.as_dict(), "plan_s": round(plan.plan_s, 3),
+            "latents_shape": list(shape), "layout": work.layout, "streamed": plan.streamed is not None,
+            "stream_why_not": plan.why_not, "outputs": [str(p) for p in work.names], **plan.target}
+
+
+def _why_not(plans) -> dict[str, str]:
+    return {str(list(s)): p.why_not for s, p in plans.by_shape.items() if p.why_not is not None}
 
 
 def print_decode(s: dict[str, Any]) -> None:

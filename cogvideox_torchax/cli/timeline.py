@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import importlib._bootstrap as bootstrap
 import os
 import threading
 import time
@@ -74,8 +75,6 @@ class ImportClock:
 
     def install(self) -> bool:
         """Starts timing; False where this Python has no ``_find_and_load`` to wrap."""
-        import importlib._bootstrap as bootstrap
-
         original = getattr(bootstrap, "_find_and_load", None)
         if original is None:
             return False
@@ -104,8 +103,6 @@ class ImportClock:
         return True
 
     def uninstall(self) -> None:
-        import importlib._bootstrap as bootstrap
-
         if self._original is not None and getattr(bootstrap, "_find_and_load", None) is self._timed:
             bootstrap._find_and_load = self._original
         self._original = None
@@ -187,7 +184,7 @@ def time_backend_start() -> None:
     until the backends have started; nothing where they have, or where this
     JAX has no such function.
     """
-    from jax._src import xla_bridge
+    from jax._src import xla_bridge  # only once the command runs: JAX takes about 1 s to import
 
     original = getattr(xla_bridge, "backends", None)
     if _current is None or original is None or xla_bridge.backends_are_initialized():

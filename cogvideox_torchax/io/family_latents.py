@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from cogvideox_torchax import families
+from cogvideox_torchax.io import latents
 from cogvideox_torchax.io.latents import LatentsError, check_range, check_shape, detect_layout
 
 
@@ -66,6 +67,23 @@ def prepare_for(vae: Any, z: np.ndarray, *, layout: str = "auto", unscale: bool 
     vae.check_latents(z.shape)
     check_range(z, vae.options.dtype, after=family.unscaled_phrase(config) if unscale else None)
     return z, found
+
+
+def read_for(vae: Any, path: str, key: str | None, *, layout: str = "auto", unscale: bool = True,
+             read: tuple[np.ndarray, Mapping[str, str]] | None = None) -> tuple[np.ndarray, str, list[str]]:
+    """A latents file as ``vae``'s decode takes them (`prepare_for`): ``(z, layout, warnings)``.
+
+    ``read``: the file's latents and metadata, read already. A file another
+    family's pipelines wrote is refused; one that only may be is a warning
+    (`check_origin`).
+    """
+    if read is None:
+        z = latents.read_latents(path, key)
+        check_shape(z.shape)
+        read = (z, latents.read_metadata(path))
+    warnings = check_origin(vae, read[1] or {}, repr(path))
+    z, layout = prepare_for(vae, read[0], layout=layout, unscale=unscale)
+    return z, layout, warnings
 
 
 def to_pipeline(vae: Any, z: np.ndarray) -> tuple[np.ndarray, str]:
