@@ -265,7 +265,7 @@ class _Done:
         nonfinite: set[int] = set()
 
         def check(chunk) -> None:  # one file: its outputs are one, and NaN in any ends the run
-            if not self.many and not chunk.finite.all():
+            if not chunk.finite.all():
                 raise UsageError(out_of_memory.nonfinite_cause(vae, "decode", largest))
 
         def failed_video(i: int, error: Exception | None) -> None:
@@ -278,9 +278,10 @@ class _Done:
             rows, problems = self._rows(batch, z, unread, stack)
             with _bar(not self.many, "decode", total, "frame", config.run.quiet) as decode, \
                     _bar(not self.many, "write", total, "frame", config.run.quiet) as write:
-                times = stream(rows, vae.decode_stream(z), self.options, check=check, on_decoded=decode.tick,
-                               on_written=write.tick, poll=interrupts.check_interrupted,
-                               failed_video=failed_video if self.many else None)
+                # Many: a video's failure (NaN in it, its writer) is its own; one file: any ends the run.
+                each = {"failed_video": failed_video} if self.many else {"check": check}
+                times = stream(rows, vae.decode_stream(z), self.options, on_decoded=decode.tick,
+                               on_written=write.tick, poll=interrupts.check_interrupted, **each)
             if config.run.memory_report and not self.many:
                 in_use.report("decode")
             interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
