@@ -70,16 +70,13 @@ def _choose(vae, shape: tuple[int, ...], kind: str | None, stream: bool, target:
     why = why_not(stream, kind, vae, shape, target)
     if why is not None:
         return ShapePlan(tuple(shape), program, None, why)
-    plans: list[MemoryPlan] = []
-
     try:
         with compiling() if compiling else contextlib.nullcontext():
-            plans.append(vae.stream_plan(tuple(shape)))
+            plan = vae.stream_plan(tuple(shape))
     except Exception as e:
         if not out_of_memory.is_out_of_memory(e):
             raise
         return ShapePlan(tuple(shape), program, None, "compiling the streamed decode ran out of memory")
-    plan = plans[0]
     if plan.budget is not None and plan.bytes > plan.budget:
         return ShapePlan(tuple(shape), program, None, f"the streamed decode needs {plan.bytes / 2**30:.2f} GiB per "
                          f"device, above the {plan.budget / 2**30:.2f} GiB usable")

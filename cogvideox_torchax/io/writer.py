@@ -2,8 +2,9 @@
 
 `Writer` owns one group of outputs that succeed or fail together (a file's
 videos, or one video of a many-latents run): their staged entries
-(`outputs.StagedOutputs`), writing into them (`write` for a whole array,
-`stream` for `TorchaxVAE.decode_stream`'s chunks), and moving them in
+(`outputs.StagedOutputs`), writing into them (`Writer.write` for a whole
+array; `stream`, over one or several writers, for the chunks of
+`TorchaxVAE.decode_stream`), and moving them in
 (`commit`, inside the caller's ``atomic`` block: the commands defer a signal
 until the renames are done) or removing them. The streamed write runs on a
 thread fed by a bounded queue of decoded chunks, so host memory does not grow
@@ -171,7 +172,7 @@ def write_while_decoding(
             error) is reported through it and written no more; the others go on. Without it any failure ends all.
 
     Raises:
-        Whatever the decode, ``check`` or the writer raised (the first).
+        Exception: whatever the decode, ``check`` or the writer raised (the first).
     """
     work: queue.Queue = queue.Queue(maxsize=queue_size)
     failed: list[BaseException] = []
