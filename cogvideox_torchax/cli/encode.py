@@ -196,7 +196,8 @@ def _dry_run(config: EncodeConfig) -> dict[str, Any]:
     out = {"dry_run": True, **report.run_fields(vae, load), "memory_plan": plan.as_dict(),
            "plan_s": round(stage.seconds, 3), "video_shape": list(x.shape)}
     if config.run.model.target is not None:
-        out.update(stages.target_report(vae, tuple(x.shape), "encode", config.run.model.target, plan))
+        with out_of_memory.out_of_memory_as_exit_3("compiling the encode of", x.shape):
+            out.update(stages.target_report(vae, tuple(x.shape), "encode", config.run.model.target, plan))
     return out
 
 

@@ -110,7 +110,8 @@ def make(config, vae, shapes: list[tuple[int, ...]], kind: str | None) -> Plans:
                 memory, chosen, stage = stages.plan_stage(vae, shape, "decode", run, choose)
                 chosen.memory, chosen.plan_s = memory, stage.seconds
                 if run.model.target is not None:
-                    chosen.target = stages.target_report(vae, shape, chosen.program, run.model.target, memory)
+                    with out_of_memory.out_of_memory_as_exit_3("compiling the decode of", shape):
+                        chosen.target = stages.target_report(vae, shape, chosen.program, run.model.target, memory)
             else:
                 chosen = choose()
                 if chosen.streamed is None:
