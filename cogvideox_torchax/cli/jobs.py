@@ -74,7 +74,6 @@ class Work:
     inputs: int
     video: VideoOptions  # how videos are encoded: --fps (else the family's), --crf, the encoder
     layout: str | None = None  # one file's latents layout
-    names: list[Path] = dataclasses.field(default_factory=list)  # one file's outputs
     found: Found | None = None
     writer: Writer | None = None  # one file's outputs, staged before the model loads
     stage: Callable[[list, str], Writer] | None = None  # a Writer of outputs and their kind, as this run writes
@@ -116,8 +115,7 @@ def prepare(config: DecodeConfig, stack: contextlib.ExitStack) -> Work:
     fps = config.fps if config.fps is not None else vae.family.fps
     return Work(vae, load, cache_dir, jobs, work["failed"], work["skipped"], batch_shapes(jobs, size, dp, many),
                 batches(jobs, size) if many else [jobs], shared["inputs"],
-                VideoOptions(fps, config.crf, config.encoder, config.preset), work.get("layout"), names, found, writer,
-                stage)
+                VideoOptions(fps, config.crf, config.encoder, config.preset), work.get("layout"), found, writer, stage)
 
 
 @dataclasses.dataclass

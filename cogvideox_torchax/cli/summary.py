@@ -48,7 +48,7 @@ def decoded(config, work, plans, done, decode_s: float, total_s: float) -> dict[
         (job,) = work.jobs
         plan = plans.by_shape[job.shape]
         return {
-            "outputs": [str(p) for p in work.names],
+            "outputs": list(job.outputs),
             "kind": done.kind,
             "latents_shape": list(job.shape),
             "layout": work.layout,
@@ -104,7 +104,7 @@ def planned(config, work, plans) -> dict[str, Any]:
     ((shape, plan),) = plans.by_shape.items()
     return {**fields, "memory_plan": plan.memory.as_dict(), "plan_s": round(plan.plan_s, 3),
             "latents_shape": list(shape), "layout": work.layout, "streamed": plan.streamed is not None,
-            "stream_why_not": plan.why_not, "outputs": [str(p) for p in work.names], **plan.target}
+            "stream_why_not": plan.why_not, "outputs": list(work.jobs[0].outputs), **plan.target}
 
 
 def _why_not(plans) -> dict[str, str]:
@@ -122,10 +122,7 @@ def print_decode(s: dict[str, Any]) -> None:
 def _print_one(s: dict[str, Any]) -> None:
     plan = s["memory_plan"]
     if s.get("dry_run"):
-        print(
-            f"plan for {s['latents_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
-            f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
-        )
+        _print_plan(s, str(s["latents_shape"]))
         if not s["streamed"]:
             print(f"  not streamed: {s['stream_why_not']}")
         print_target(s)
@@ -178,12 +175,8 @@ def _print_many(s: dict[str, Any]) -> None:
 
 def print_encode(s: dict[str, Any]) -> None:
     """The human lines of an encode's summary."""
-    plan = s["memory_plan"]
     if s.get("dry_run"):
-        print(
-            f"plan for video {s['video_shape']} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, "
-            f"{plan['bytes'] / 2**30:.2f} GiB per device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run"
-        )
+        _print_plan(s, f"video {s['video_shape']}")
         print_target(s)
         return
     frames, height, width = s["input_shape"]
@@ -203,6 +196,12 @@ def print_encode(s: dict[str, Any]) -> None:
     for line in timeline.lines(s):
         print(line)
     print(f"  wrote {shown(s['output'])}")
+
+
+def _print_plan(s: dict[str, Any], what: str) -> None:
+    plan = s["memory_plan"]
+    print(f"plan for {what} ({s['dtype']}, mesh {s['mesh']}): {plan['name']}, {plan['bytes'] / 2**30:.2f} GiB per "
+          f"device of {plan['budget'] / 2**30:.2f} GiB usable; nothing run")
 
 
 def print_target(s: dict[str, Any]) -> None:
