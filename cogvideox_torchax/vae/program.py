@@ -20,6 +20,7 @@ from cogvideox_torchax.patches import registry
 from cogvideox_torchax.platforms.build import apply_plan
 from cogvideox_torchax.platforms.run_plan import RunPlan
 from cogvideox_torchax.vae import drawn_noise
+from cogvideox_torchax.vae.weight_layout import WeightLayout
 
 torchax = import_torchax()
 from torchax import interop  # noqa: E402
@@ -58,6 +59,8 @@ class Program:
         self.plan = plan
         self.mesh = mesh
         self.family = families.of_module(module)
+        # The weights' layout each kind's jits take (`ProgramCache.weights_for` gives them so).
+        self._layouts = {side: WeightLayout.of(module, plan, side) for side in ("decode", "encode")}
         self._jittable = interop.JittableModule(module)
         self.jits = {kind: jax.jit(self._traced(kind)) for kind in self._METHODS}
         # The decode one latent frame batch at a time (`cogvideox_torchax.vae.stream`):
@@ -74,6 +77,10 @@ class Program:
         }
         self.executables: dict[tuple[str, tuple[int, ...]], jax.stages.Compiled] = {}
 
+    def layout(self, kind: str) -> WeightLayout:
+        """The layout of the weights the jits of ``kind`` (a `Program` kind or a stream's) take."""
+        return self._layouts["encode" if kind == "encode" else "decode"]
+
     def _traced(self, kind: str):
         method, kwargs = self._METHODS[kind]
 
@@ -82,7 +89,7 @@ class Program:
             # then the noise upstream's decode draws (`drawn_noise`), none for most.
             env = registry.environment(self.plan.steps)
             with env, torch.no_grad():
-                weights_t, x_t, inputs_t = env.j2t_iso((weights, x, inputs))
+                weights_t, x_t, inputs_t = env.j2t_iso((self.layout(kind).to_upstream(weights), x, inputs))
                 inputs_t, noise_t = self._split(inputs_t)
                 with self._noise(kind, noise_t):
                     out = self._jittable.functional_call(method, weights_t, {}, x_t, *inputs_t, **kwargs)
@@ -123,7 +130,8 @@ class Program:
         def run(weights: dict[str, jax.Array], z: jax.Array, cache: Any = None, inputs: tuple = ()) -> Any:
             env = registry.environment(self.plan.steps)
             with env, torch.no_grad():
-                weights_t, z_t, cache_t, inputs_t = env.j2t_iso((weights, z, cache, inputs))
+                weights_t, z_t, cache_t, inputs_t = env.j2t_iso((self.layout("decode").to_upstream(weights), z, cache,
+                                                                   inputs))
                 cache_t = None if first else cache_t
                 inputs_t, noise_t = self._split(inputs_t)
                 with self._noise("decode", noise_t):

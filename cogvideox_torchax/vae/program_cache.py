@@ -32,6 +32,7 @@ from cogvideox_torchax.platforms.profiles import canonical_platform, mesh_platfo
 from cogvideox_torchax.platforms.run_plan import Placement, RunPlan
 from cogvideox_torchax.vae import drawn_noise
 from cogvideox_torchax.vae.program import Program, tiling_switches
+from cogvideox_torchax.vae.weight_layout import WeightLayout
 
 # torchax computes some index arithmetic in int64; with x64 off JAX narrows it
 # to int32 (harmless at these sizes) and warns on every trace.
@@ -147,6 +148,8 @@ class ProgramCache:
         self._programs = {ProgramKey(): Program(module, self.plan_for(ProgramKey()), mesh)}
         self._meshes: dict[tuple[int, int], Mesh] = {}
         self._copies: dict[tuple[int, int], dict[str, jax.Array]] = {}
+        # (mesh, layout) -> the weights as a program of that layout takes them (`WeightLayout`).
+        self._laid_out: dict[tuple[tuple[int, int] | None, WeightLayout], dict[str, jax.Array]] = {}
         wrapped = time.perf_counter()
         np_dtype = np.dtype(options.jax_dtype)
         self.weights = {
@@ -230,6 +233,21 @@ class ProgramCache:
                 self._copies[key.mesh] = {k: jax.device_put(w, replicated) for k, w in self.weights.items()}
             return self._copies[key.mesh]
 
+    def weights_for(self, key: ProgramKey, kind: str) -> dict[str, jax.Array]:
+        """The weights as ``key``'s program of ``kind`` takes them, on its mesh (`WeightLayout`; made on first use).
+
+        Upstream's layout, or for a channels-last program the convolution
+        weights that ``kind`` reads transposed once, kept beside them.
+        """
+        placed = self.weights_on(key)
+        layout = self.program(key).layout(kind)
+        if not layout.transposed:
+            return placed
+        with self.lock:
+            if (key.mesh, layout) not in self._laid_out:
+                self._laid_out[key.mesh, layout] = layout.to_program(placed)
+            return self._laid_out[key.mesh, layout]
+
     def ready(
         self, kind: str, shape: tuple[int, ...], key: ProgramKey
     ) -> tuple[jax.stages.Compiled, dict, Mesh] | None:
@@ -244,6 +262,8 @@ class ProgramCache:
         program = self._programs.get(key)
         executable = None if program is None else program.executables.get((kind, shape))
         weights = self.weights if key.mesh is None else self._copies.get(key.mesh)
+        if program is not None and program.layout(kind).transposed:
+            weights = self._laid_out.get((key.mesh, program.layout(kind)))
         mesh = self.mesh if key.mesh is None else self._meshes.get(key.mesh)
         if executable is None or weights is None or mesh is None:
             return None
@@ -257,13 +277,19 @@ class ProgramCache:
         """Drops the weights' copy on ``mesh`` (no plan runs there any more)."""
         with self.lock:
             self._copies.pop(mesh, None)
+            for laid_out in [k for k in self._laid_out if k[0] == mesh]:
+                del self._laid_out[laid_out]
 
-    def _weight_specs(self, key: ProgramKey) -> dict[str, Any]:
-        # What tracing needs of the weights: the arrays on the own mesh, shapes and shardings elsewhere.
+    def weight_specs(self, key: ProgramKey, kind: str) -> dict[str, Any]:
+        """What tracing ``key``'s program of ``kind`` needs of the weights: the arrays on the own mesh, else
+        shapes and shardings, in the program's layout (`WeightLayout.specs`)."""
         if key.mesh is None:
-            return self.weights
-        replicated = sharding.replicated(self.mesh_of(key))
-        return {k: jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=replicated) for k, w in self.weights.items()}
+            specs = self.weights
+        else:
+            replicated = sharding.replicated(self.mesh_of(key))
+            specs = {k: jax.ShapeDtypeStruct(w.shape, w.dtype, sharding=replicated) for k, w in self.weights.items()}
+        layout = self.program(key).layout(kind)
+        return layout.specs(specs) if layout.transposed else specs
 
     def input_specs(self, shape: tuple[int, ...], mesh: Mesh, program: Program) -> tuple[jax.ShapeDtypeStruct, ...]:
         """Specs of what a decode of latents ``shape`` by ``program`` takes after them.
@@ -289,7 +315,7 @@ class ProgramCache:
             inputs = self.input_specs(shape, on, program) if kind != "encode" else ()
             with TRACING, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
-                traced = program.jits[kind].trace(self._weight_specs(key), spec, *inputs)
+                traced = program.jits[kind].trace(self.weight_specs(key, kind), spec, *inputs)
                 if key.accelerator is not None or program.plan.placement.platform == mesh_platform(self.mesh):
                     return traced.lower()
                 return traced.lower(lowering_platforms=(program.plan.placement.platform,))
@@ -346,4 +372,5 @@ class ProgramCache:
             for program in self._programs.values():
                 program.executables.clear()
             self._copies.clear()
+            self._laid_out.clear()
 

@@ -86,7 +86,7 @@ def _compile(programs: ProgramCache, first: bool, output: str, shape: tuple[int,
             inputs = programs.input_specs(shape, programs.mesh, program)
             with TRACING, warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_INT64_WARNING)
-                args = (programs.weights, spec, None if first else cache, inputs)
+                args = (programs.weight_specs(key, "decode"), spec, None if first else cache, inputs)
                 lowered = program.stream_jits[first, output, cache_out].trace(*args).lower()
             program.executables[name, shape] = lowered.compile(compiler_options=programs.compiler_options(key))
         return program.executables[name, shape]
@@ -157,7 +157,7 @@ def stream(
 def _chunks(programs: ProgramCache, module: Any, z: np.ndarray, output: str, in_flight: int,
             inputs: tuple[np.ndarray, ...]) -> Iterator[VideoChunk]:
     ranges = programs.family.stream_batches(module, z.shape[2])
-    mesh, weights = programs.mesh, programs.weights
+    mesh, weights = programs.mesh, programs.weights_for(ProgramKey(), "decode")
 
     def place(start: int, stop: int) -> jax.Array:
         part = np.ascontiguousarray(z[:, :, start:stop])
