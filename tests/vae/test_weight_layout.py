@@ -4,8 +4,10 @@ import re
 
 import jax
 import numpy as np
+import pytest
 import torch
 
+import cogvideox_torchax as ct
 from cogvideox_torchax.vae.program_cache import ProgramKey
 
 
@@ -46,10 +48,16 @@ def test_the_transposed_weights_are_made_once_and_turn_back_exactly(tiny_upstrea
         assert np.array_equal(np.asarray(back[name]), t.numpy()), name
 
 
-def test_no_call_of_the_cpu_decode_transposes_a_convolution_weight(tiny_vae):
+@pytest.mark.parametrize("preset, shape", [
+    ("tiny", (1, 4, 3, 4, 6)),
+    ("wan-tiny", (1, 16, 3, 4, 6)),  # its time taps each read a slice of the weight
+    ("ltx2-tiny", (1, 8, 3, 2, 3)),
+])
+def test_no_call_of_the_cpu_decode_moves_a_convolution_weight(tiny_vae, preset, shape):
     # Before: every convolution's weight was transposed inside the program, on every call.
-    layout = tiny_vae.programs.own.layout("decode")
-    text = tiny_vae.compile_decode((1, 4, 3, 4, 6)).as_text()
+    vae = tiny_vae if preset == "tiny" else ct.wrap(ct.random_upstream(preset, seed=0), mesh="dp=1,tp=1")
+    layout = vae.programs.own.layout("decode")
+    text = vae.compile_decode(shape).as_text()
     entry = text[text.index("\nENTRY"):]
     named = re.findall(r"%(\S+) = \S+ parameter\(\d+\).*?op_name=\"weights\[\\'([^\\]+)\\'\]", entry)
     params = {param: name for param, name in named if name in layout.transposed}
