@@ -140,7 +140,8 @@ class Planner:
             return found
         with self.programs.lock:
             key = key_of(self.plan(kind, shape))
-            return self.programs.compile(kind, shape, key), self.programs.weights_for(key, kind), self.programs.mesh_of(key)
+            executable = self.programs.compile(kind, shape, key)
+            return executable, self.programs.weights_for(key, kind), self.programs.mesh_of(key)
 
     def plans(self) -> dict[tuple, MemoryPlan]:
         """Every plan made, by ``(kind, shape)`` (``(kind, shape, target, dp, tp)`` for a named accelerator)."""

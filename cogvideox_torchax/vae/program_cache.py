@@ -239,13 +239,17 @@ class ProgramCache:
         Upstream's layout, or for a channels-last program the convolution
         weights that ``kind`` reads transposed once, kept beside them.
         """
-        placed = self.weights_on(key)
         layout = self.program(key).layout(kind)
         if not layout.transposed:
-            return placed
+            return self.weights_on(key)
         with self.lock:
             if (key.mesh, layout) not in self._laid_out:
-                self._laid_out[key.mesh, layout] = layout.to_program(placed)
+                own = self._laid_out.get((None, layout))
+                if own is None:
+                    own = layout.to_program(self.weights)
+                # Another mesh gets the transposed copy only: its programs never read upstream's layout.
+                self._laid_out[key.mesh, layout] = own if key.mesh is None else jax.device_put(
+                    own, sharding.replicated(self.mesh_of(key)))
             return self._laid_out[key.mesh, layout]
 
     def ready(
@@ -271,7 +275,7 @@ class ProgramCache:
 
     def copied_to(self) -> list[tuple[int, int]]:
         """The meshes (``(dp, tp)``) that hold a copy of the weights."""
-        return list(self._copies)
+        return list(dict.fromkeys([*self._copies, *(mesh for mesh, _ in self._laid_out if mesh is not None)]))
 
     def forget_copy(self, mesh: tuple[int, int]) -> None:
         """Drops the weights' copy on ``mesh`` (no plan runs there any more)."""
@@ -281,8 +285,11 @@ class ProgramCache:
                 del self._laid_out[laid_out]
 
     def weight_specs(self, key: ProgramKey, kind: str) -> dict[str, Any]:
-        """What tracing ``key``'s program of ``kind`` needs of the weights: the arrays on the own mesh, else
-        shapes and shardings, in the program's layout (`WeightLayout.specs`)."""
+        """What tracing ``key``'s program of ``kind`` needs of the weights, in the layout it takes them.
+
+        Upstream's arrays on the own mesh where it takes upstream's layout;
+        else their shapes, dtypes and shardings (`WeightLayout.specs`).
+        """
         if key.mesh is None:
             specs = self.weights
         else:
@@ -367,7 +374,7 @@ class ProgramCache:
             self._programs = {ProgramKey(): Program(own.module, own.plan, self.mesh)}
 
     def clear(self) -> None:
-        """Drops every executable and every copy of the weights on another mesh."""
+        """Drops every executable and every copy of the weights: on other meshes, and transposed (`WeightLayout`)."""
         with self.lock:
             for program in self._programs.values():
                 program.executables.clear()

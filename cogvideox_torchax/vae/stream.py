@@ -6,8 +6,9 @@ threads the causal convolutions' caches from batch to batch. Here that walk
 is two compiled programs whose shapes do not depend on the video's length:
 the first batch, and one later batch (the cache in and out); each call's
 output is copied to the host while the next call runs.
-Device memory holds the weights, the cache and at most ``in_flight`` batch
-outputs whatever the length; the host holds what the caller keeps. `plan`
+Device memory holds the weights (on the CPU with the decoder's convolution
+weights transposed beside them: `vae.weight_layout`), the cache and at most
+``in_flight`` batch outputs whatever the length; the host holds what the caller keeps. `plan`
 compiles both programs for a shape without running them and sets their
 bytes against the VAE's budget (`TorchaxVAE.stream_plan`).
 """

@@ -54,7 +54,9 @@ class TorchaxVAE(ModelMixin):
     Build it with `cogvideox_torchax.from_pretrained` or `cogvideox_torchax.wrap`.
     Weights live on the mesh's devices as JAX arrays and are passed to the jitted
     encode and decode as arguments, so one compiled program serves any weights of
-    the same config, and one program is compiled per input shape.
+    the same config, and one program is compiled per input shape. A CPU program
+    takes its convolution weights transposed (`vae.weight_layout`): run a compiled
+    executable with the arguments `prepare` gives, not with `weights`.
 
     It stands in for the upstream module wherever inference code uses one
     (e.g. ``pipe.vae`` of the families' diffusers pipelines): `decode`, `encode`,
@@ -686,7 +688,8 @@ class TorchaxVAE(ModelMixin):
         """Drops this VAE's compiled programs (one is kept per input shape, encode and decode).
 
         Each shape keeps its executable in host memory until this is called;
-        copies of the weights on other meshes go too. ``jax_caches`` also
+        copies of the weights on other meshes go too, and so do the CPU
+        programs' transposed convolution weights (made again on the next call). ``jax_caches`` also
         calls `jax.clear_caches()` (every jitted function in the process
         recompiles on its next call).
         """

@@ -1,20 +1,24 @@
-"""Convolution weights given to a program in the layout its convolutions read, so that no call transposes them.
+"""Convolution weights given to a CPU program in the layout its convolutions read, so that no call transposes them.
 
-A channels-last plan (`kernels.conv.ConvPolicy.channels_last`: the CPU's
-and ROCm's) convolves with weights ``(*kernel, I, O)``; upstream's are
-``(O, I, *kernel)``. Given in upstream's layout, every call transposed every
-weight again: they are the program's arguments, so nothing hoists it, and
-for LTX-2's wide decoder that was a third of the CPU decode and 2 GB of
-temporaries (docs/results/ltx2-cpu-weights-2026-12-07.md). Such a program
-takes the convolution weights it reads transposed, once, kept beside
-upstream's (`ProgramCache.weights_for`), and turns them back to upstream's
-layout where its trace begins: the module sees upstream's shapes, and XLA
-cancels the two transposes where a convolution reads the weight.
+The CPU's plan convolves channels-last (`kernels.conv.ConvPolicy.channels_last`)
+with weights ``(*kernel, I, O)``; upstream's are ``(O, I, *kernel)``. Given
+in upstream's layout, every call transposed every weight again: they are
+the program's arguments, so nothing hoists it, and for LTX-2's wide decoder
+that was a third of the CPU decode and 2 GB of temporaries
+(docs/results/ltx2-cpu-weights-2026-12-07.md). A CPU program takes the
+convolution weights it reads transposed, once, kept beside upstream's
+(`ProgramCache.weights_for`), and turns them back to upstream's layout where
+its trace begins: the module sees upstream's shapes, and where a
+convolution reads the weight XLA cancels the two transposes (or makes the
+pair a bitcast).
 
 Only the side a program runs is transposed: the encoder's weights (and
 ``quant_conv``'s) for an encode, every other convolution's for a decode, so
 a run that only decodes never copies the encoder's. A weight put on the
 wrong side by that rule is still right, only transposed per call again.
+ROCm's plan is channels-last too, but a GPU's memory plan counts a
+program's arguments, not a copy kept beside them: its programs take
+upstream's layout.
 """
 
 from __future__ import annotations
@@ -54,10 +58,10 @@ class WeightLayout:
     def of(cls, module: torch.nn.Module, plan: RunPlan, side: str) -> WeightLayout:
         """The layout of ``plan``'s ``side`` (``"decode"`` or ``"encode"``) programs of ``module``.
 
-        Channels-last: the weights of its 2-D and 3-D convolutions on that
-        side. Otherwise none.
+        The CPU's (channels-last): the weights of its 2-D and 3-D
+        convolutions on that side. Otherwise none.
         """
-        if plan.conv is None or not plan.conv.channels_last:
+        if plan.conv is None or not plan.conv.channels_last or plan.placement.is_gpu:
             return cls()
         return cls(frozenset(
             f"{path}.weight" for path, m in module.named_modules()
@@ -68,7 +72,8 @@ class WeightLayout:
     def to_program(self, weights: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
         """``weights`` (upstream's layout) as the program takes them: the transposed ones new arrays, placed alike."""
         moved = {name: w for name, w in weights.items() if name in self.transposed}
-        # One program for all of them (one compile), each result placed as its weight was.
+        # One program for all of them (one compile), each result placed as its weight was: whole on every
+        # device (the weights are replicated), so the same sharding fits the transposed shape.
         moved = jax.jit(lambda ws: {k: a.transpose(_to_program(a.ndim)) for k, a in ws.items()},
                         out_shardings={k: w.sharding for k, w in moved.items()})(moved)
         return {name: moved.get(name, w) for name, w in weights.items()}
