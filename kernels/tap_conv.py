@@ -92,9 +92,6 @@ def tap_conv3d(
         raise ValueError(f"no output frame: {front} zero and {frames} joined frames for a time kernel of {k}")
     frames_last = joined.transpose(0, 2, 3, 4, 1)  # (N, T, H, W, C_in)
     acc = None
-    # (k_t, k_h, k_w, C_in, C_out): each tap's HWIO kernel is a slice of the leading axis. A weight the
-    # program took in this layout already (`vae.weight_layout`) is read as it is: the two transposes cancel.
-    taps = weight.transpose(2, 3, 4, 1, 0).astype(x.dtype)
     for d in range(k):
         # Output t reads padded frame t * s + d * dt: real frame t * s + d * dt - front.
         first = max(0, -(-(front - d * dt) // s))
@@ -105,7 +102,7 @@ def tap_conv3d(
         taken = jax.lax.slice_in_dim(frames_last, start, start + (count - 1) * s + 1, stride=s, axis=1)
         product = jax.lax.conv_general_dilated(
             taken.reshape(n * count, *taken.shape[2:]),
-            taps[d],  # HWIO
+            weight[:, :, d].astype(x.dtype).transpose(2, 3, 1, 0),  # HWIO
             window_strides=stride[1:],
             padding=[(p, p) for p in padding_hw],
             rhs_dilation=dilation[1:],

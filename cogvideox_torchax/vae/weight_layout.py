@@ -10,7 +10,8 @@ convolution weights it reads transposed, once, kept beside upstream's
 (`ProgramCache.weights_for`), and turns them back to upstream's layout where
 its trace begins: the module sees upstream's shapes, and where a
 convolution reads the weight XLA cancels the two transposes (or makes the
-pair a bitcast).
+pair a bitcast; where a loop reads it, the XLA of jax 0.12 copies it once
+per call before the loop, in the order it is held in).
 
 Only the side a program runs is transposed: the encoder's weights (and
 ``quant_conv``'s) for an encode, every other convolution's for a decode, so
@@ -59,13 +60,16 @@ class WeightLayout:
         """The layout of ``plan``'s ``side`` (``"decode"`` or ``"encode"``) programs of ``module``.
 
         The CPU's (channels-last): the weights of its 2-D and 3-D
-        convolutions on that side. Otherwise none.
+        convolutions on that side, but for a convolution whose patch reads
+        its weight otherwise (``keeps_upstream_weight_layout``: Wan's time
+        taps). Otherwise none.
         """
         if plan.conv is None or not plan.conv.channels_last or plan.placement.is_gpu:
             return cls()
         return cls(frozenset(
             f"{path}.weight" for path, m in module.named_modules()
             if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) and not m.transposed
+            and not getattr(m, "keeps_upstream_weight_layout", False)
             and f"{path}.".startswith(_ENCODE_SIDE) == (side == "encode")
         ))
 

@@ -37,6 +37,11 @@ def _taps_apply(module: WanCausalConv3d) -> bool:
 class TimeTapConvMixin:
     """A `WanCausalConv3d` computed by `kernels.tap_conv.tap_conv3d` under torchax (upstream's forward otherwise)."""
 
+    # The CPU's programs take this weight as upstream holds it (`vae.weight_layout`): given transposed, XLA
+    # made every tap's kernel once per call before Wan's frame loop and held them through it (Wan 2.1 at
+    # 9 x 128x128: 0.29 GB more temporaries, and on jax 0.12 slower), where it now slices them in each step.
+    keeps_upstream_weight_layout = True
+
     def forward(self, x: torch.Tensor, cache_x: torch.Tensor | None = None) -> torch.Tensor:
         if not is_torchax(x) or not _taps_apply(self):
             return super().forward(x, cache_x)
