@@ -236,8 +236,8 @@ class ProgramCache:
     def weights_for(self, key: ProgramKey, kind: str) -> dict[str, jax.Array]:
         """The weights as ``key``'s program of ``kind`` takes them, on its mesh (`WeightLayout`; made on first use).
 
-        Upstream's layout, or for a channels-last program the convolution
-        weights that ``kind`` reads transposed once, kept beside them.
+        Upstream's layout, or for a CPU program the convolution weights that
+        ``kind`` reads transposed once, kept beside them.
         """
         layout = self.program(key).layout(kind)
         if not layout.transposed:
