@@ -314,8 +314,7 @@ class _Done:
         frames = family_latents.frames_of(vae, z.shape[2])
         videos = z.shape[0]
         started = time.perf_counter()
-        # Every process runs the decode; all agree after it (one whose decode failed must not leave the others
-        # waiting in the gather).
+
         def decode_all():
             with _bar(not self.many, "decode", videos * frames, "frame", config.run.quiet) as decode:
                 out = _decode(vae, z, raw)  # one program decodes the whole batch: the bar completes when it returns
@@ -324,9 +323,9 @@ class _Done:
 
         # Every process runs the decode; all agree after it (one whose decode failed must not leave the others
         # waiting in the gather).
-        with agreement.together(f"decoding latents of shape {shape}"):
-            decode, out = out_of_memory.retry_out_of_memory(vae, shape, plan.program, "decoding latents of",
-                                                            decode_all, quiet=config.run.quiet)
+        with agreement.together(f"decoding latents of shape {shape}"), \
+                out_of_memory.agreed_retry(vae, "decoding latents of", quiet=config.run.quiet):
+            decode, out = decode_all()
         if config.run.memory_report and not self.many:
             in_use.report("decode")
         host, finite = _gather(out, raw)  # a collective: outside `together`, after all decoded

@@ -121,18 +121,19 @@ class AgreedSteps:
         errors.warn_once(replaced_line(failed, smaller, shape), self.quiet)
 
 
-def retry_out_of_memory(vae, shape: tuple[int, ...], kind: str, what: str, run: Callable[[], Any], *,
-                        quiet: bool) -> Any:
-    """``run()`` (a call of the VAE) through the library's retry (`retry.retry_out_of_memory`) with `AgreedSteps`.
+@contextlib.contextmanager
+def agreed_retry(vae, what: str, *, quiet: bool) -> Iterator[None]:
+    """Within: the VAE's own out-of-memory retry (`retry.retry_out_of_memory`) takes `AgreedSteps`.
 
-    With ``--max-memory auto``, a run that runs out of memory is tried once
-    more on the next smaller plan (a warning line says so) before the
-    command gives up with exit code 3. The VAE's own retry, inside, leaves
-    it to this one.
+    With ``--max-memory auto``, a call of the VAE that runs out of memory
+    is tried once more on the next smaller plan (a warning line says so)
+    before the command gives up with exit code 3; every process takes each
+    step together. ``what``: the work, as the out-of-memory line names it.
     """
-    from cogvideox_torchax.memory.retry import retry_out_of_memory as retry  # imports JAX, loaded by now
+    from cogvideox_torchax.memory import retry  # imports JAX, loaded by now
 
-    return retry(vae.planner, kind, tuple(shape), run, AgreedSteps(vae, shape, kind, what, quiet=quiet))
+    with retry.taken_by(lambda kind, shape: AgreedSteps(vae, shape, kind, what, quiet=quiet)):
+        yield
 
 
 def nonfinite_cause(vae, what: str, input_largest: float) -> str:

@@ -3,26 +3,29 @@
 A plan is chosen from compiled bytes against what the device says it has
 free (``max_memory="auto"``); if the device then runs out anyway, the
 library plans again below the failed plan and runs once more. This module
-holds that rule once. How each step runs and how the replacement is told
-is a `Steps`: `Alone` (the default: this process, a `PlanReplacedWarning`)
-or the command lines' agreed steps, which every process of a
-jax.distributed run takes together (`cogvideox_torchax.cli.out_of_memory`).
+holds that rule once, and every decode and encode of a VAE runs through it
+(`cogvideox_torchax.vae.calls`): nothing else retries. How each step runs
+and how the replacement is told is a `Steps`: `Alone` (the default: this
+process, a `PlanReplacedWarning`), or, inside `taken_by`, the command
+lines' agreed steps, which every process of a jax.distributed run takes
+together (`cogvideox_torchax.cli.out_of_memory`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import jax
 
 from cogvideox_torchax.memory import budget
 
-# Set while a retry runs its steps: a retry called inside one (the VAE's own,
-# inside a command's retry around a whole stage) only runs; the outer owns it.
-_RETRYING: contextvars.ContextVar[bool] = contextvars.ContextVar("retrying", default=False)
+# The steps the retry of a call takes in this context (`taken_by`), made for the call's kind and shape.
+_STEPS: contextvars.ContextVar[Callable[[str, tuple[int, ...]], Steps] | None] = contextvars.ContextVar(
+    "retry_steps", default=None)
 
 
 class PlanReplacedWarning(RuntimeWarning):
@@ -46,7 +49,10 @@ class Steps(Protocol):
         """``fn()``'s result, or raises what failed.
 
         ``step``: ``"first"`` (a retry may follow), ``"plan"`` (choosing
-        the smaller plan) or ``"last"`` (nothing follows).
+        the smaller plan) or ``"last"`` (nothing follows). A run's ``fn``
+        returns its result finished on the device, where an out-of-memory
+        error surfaces (the first step's always; the last's where the steps
+        are given).
         """
 
     def out_of_memory(self, e: BaseException) -> bool:
@@ -68,8 +74,6 @@ class Alone:
     """One process's steps: each run finished on the device; a replaced plan is a `PlanReplacedWarning`."""
 
     def run(self, step: str, fn: Callable[[], Any]) -> Any:
-        if step == "first":  # an execution's out-of-memory surfaces once it has finished
-            return jax.block_until_ready(fn())
         return fn()
 
     def out_of_memory(self, e: BaseException) -> bool:
@@ -79,6 +83,20 @@ class Alone:
         warnings.warn(replaced_line(failed, smaller, shape), PlanReplacedWarning, stacklevel=5)
 
 
+@contextlib.contextmanager
+def taken_by(make: Callable[[str, tuple[int, ...]], Steps]) -> Iterator[None]:
+    """Within: the retry of every call (`retry_out_of_memory`) takes the steps ``make(kind, shape)`` gives.
+
+    How a command has every process of a jax.distributed run take each
+    step together, while the retry itself stays the VAE's.
+    """
+    token = _STEPS.set(make)
+    try:
+        yield
+    finally:
+        _STEPS.reset(token)
+
+
 def retry_out_of_memory(
     planner: Any, kind: str, shape: tuple[int, ...], run: Callable[[], Any], steps: Steps | None = None
 ) -> Any:
@@ -86,29 +104,29 @@ def retry_out_of_memory(
 
     Only under ``max_memory="auto"`` and, in one process, when ``shape``
     has a plan: otherwise the error stands, as it does when no smaller plan
-    exists or the second run fails too. Called inside another call's step
-    it only runs ``run()``: the outer call retries. Without ``steps``
-    (`Alone`) under jax.distributed nothing is retried: the processes could
-    not agree on it. `Alone` waits for the first run to finish on the
-    device (where its out-of-memory surfaces); the others return as
-    ``run()`` does.
+    exists or the second run fails too. ``steps``: how the steps are taken;
+    by default those `taken_by` gives in this context, else `Alone`, under
+    which nothing is retried under jax.distributed (the processes could not
+    agree on it). The first run, and the last where steps are given, are
+    waited for on the device (where their out-of-memory error surfaces).
     """
-    if _RETRYING.get():
-        return run()
-    token = _RETRYING.set(True)
-    try:
-        return _retry(planner, kind, tuple(shape), run, steps)
-    finally:
-        _RETRYING.reset(token)
+    shape = tuple(shape)
+    if steps is None and (make := _STEPS.get()) is not None:
+        steps = make(kind, shape)
+    return _retry(planner, kind, shape, run, steps)
 
 
 def _retry(planner: Any, kind: str, shape: tuple[int, ...], run: Callable[[], Any], steps: Steps | None) -> Any:
     alone = steps is None
+
+    def finished() -> Any:
+        return jax.block_until_ready(run())
+
     if not planner.auto or (alone and jax.process_count() > 1):
-        return run() if alone else steps.run("last", run)
+        return run() if alone else steps.run("last", finished)
     steps = steps or Alone()
     try:
-        return steps.run("first", run)
+        return steps.run("first", finished)
     except Exception as e:
         failed = planner.planned(kind, shape)
         # No plan at all (none fits): planning again finds none either. Under
@@ -124,4 +142,4 @@ def _retry(planner: Any, kind: str, shape: tuple[int, ...], run: Callable[[], An
             # the run's failure stands, with its own cause.
             raise e from e.__cause__
     steps.replaced(failed, smaller, shape)
-    return steps.run("last", run)
+    return steps.run("last", run if alone else finished)

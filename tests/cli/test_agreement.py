@@ -9,7 +9,7 @@ import argparse
 import pytest
 
 from cogvideox_torchax.cli import agreement, errors, out_of_memory
-from cogvideox_torchax.memory import budget
+from cogvideox_torchax.memory import budget, retry
 
 
 @pytest.fixture
@@ -81,31 +81,35 @@ class _FakeVAE:
         return self.planner.smaller(kind, shape, choose_it=choose)
 
 
+def _retried(vae, run):
+    """``run`` retried as the VAE's own calls retry, inside a command's agreed steps."""
+    with out_of_memory.agreed_retry(vae, "decoding", quiet=True):
+        return retry.retry_out_of_memory(vae.planner, "decode", (1, 4, 2, 4, 4), run)
+
+
 def test_out_of_memory_on_a_peer_makes_all_retry_on_the_next_plan(peers):
     vae, ran = _FakeVAE(), []
     peers.extend([3, 0, 0])  # this process's run went through; the peer's ran out, then planned and ran
-    out = out_of_memory.retry_out_of_memory(vae, (1, 4, 2, 4, 4), "decode", "decoding", lambda: ran.append(vae.plan.name), quiet=True)
+    out = _retried(vae, lambda: ran.append(vae.plan.name))
     assert ran == ["whole", "tiles of 2x2 latents"] and out is None and not peers  # agreed after each step
 
     vae, ran = _FakeVAE(), []
     peers.extend([3, 0, 3])  # the peer ran out on the next plan too: this one leaves with it, exit 3
     with pytest.raises(errors.PeerFailed) as e:
-        out_of_memory.retry_out_of_memory(vae, (1, 4, 2, 4, 4), "decode", "decoding", lambda: ran.append(1), quiet=True)
+        _retried(vae, lambda: ran.append(1))
     assert e.value.code == 3 and ran == [1, 1] and not peers
 
     vae, ran = _FakeVAE(), []
     vae.planner.auto = False  # --max-memory 1GiB
     peers.append(3)  # with a fixed budget nobody retries: all leave with exit 3
     with pytest.raises(errors.PeerFailed) as e:
-        out_of_memory.retry_out_of_memory(
-            vae, (1, 4, 2, 4, 4), "decode", "decoding", lambda: ran.append(vae.plan.name), quiet=True
-        )
+        _retried(vae, lambda: ran.append(vae.plan.name))
     assert e.value.code == 3 and ran == ["whole"]
 
     vae, ran = _FakeVAE(), []
     peers.append(2)  # the peer failed otherwise: no retry either
     with pytest.raises(errors.PeerFailed) as e:
-        out_of_memory.retry_out_of_memory(vae, (1, 4, 2, 4, 4), "decode", "decoding", lambda: ran.append(1), quiet=True)
+        _retried(vae, lambda: ran.append(1))
     assert e.value.code == 2 and ran == [1]
 
 
@@ -118,5 +122,5 @@ def test_out_of_memory_here_and_another_failure_on_a_peer_retries_nowhere(peers)
 
     peers.append(1)  # this process (first) ran out, the peer failed otherwise: the agreed code is 3, yet no retry
     with pytest.raises(errors.OutOfMemory, match=r"asked 1.50MiB; the plan \(whole\)"):
-        out_of_memory.retry_out_of_memory(vae, (1, 4, 2, 4, 4), "decode", "decoding", run, quiet=True)
+        _retried(vae, run)
     assert ran == ["whole"] and not peers and vae.plan.name == "whole"

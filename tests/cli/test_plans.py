@@ -73,21 +73,26 @@ def test_encode_dry_run_plans_the_encode(tmp_path, capsys):
 
 
 def _exhausted_first(monkeypatch, calls: int):
-    """The device runs out of memory on the first ``calls`` runs of the frames program, then has enough."""
+    """The device runs out of memory on the first ``calls`` runs of the VAE's programs, then has enough."""
     import jax
 
     import cogvideox_torchax as ct
 
-    real = ct.TorchaxVAE.decode_frames_jax
+    real = ct.TorchaxVAE.prepare
     seen = []
 
-    def decode_frames_jax(self, z):
-        seen.append(self.planned(tuple(z.shape), kind="frames").name)
-        if len(seen) <= calls:
-            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.50MiB.")
-        return real(self, z)
+    def prepare(self, kind, x, inputs=()):
+        executable, args = real(self, kind, x, inputs)
+        seen.append(self.planned(tuple(x.shape), kind=kind).name)
 
-    monkeypatch.setattr(ct.TorchaxVAE, "decode_frames_jax", decode_frames_jax)
+        def run(*a):
+            if len(seen) <= calls:
+                raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.50MiB.")
+            return executable(*a)
+
+        return run, args
+
+    monkeypatch.setattr(ct.TorchaxVAE, "prepare", prepare)
     return seen
 
 

@@ -1,13 +1,16 @@
 """The planner's rule (`planner.choose`, pure) and the library's own out-of-memory retry (tiny config)."""
 
+import warnings
+
 import jax
 import numpy as np
 import pytest
 
 import cogvideox_torchax as ct
+from cogvideox_torchax.memory import retry
 from cogvideox_torchax.memory.budget import Candidate, MemoryBudgetError
 from cogvideox_torchax.memory.planner import choose
-from cogvideox_torchax.memory.retry import PlanReplacedWarning, retry_out_of_memory
+from cogvideox_torchax.memory.retry import PlanReplacedWarning
 
 _WHOLE = Candidate("whole", None, None)
 _TILES = [Candidate(f"tiles {k}", {"k": k}, None) for k in (2, 3, 4)]
@@ -83,24 +86,28 @@ def test_library_does_not_retry_with_a_given_budget_or_below_the_smallest_plan(t
     assert runs == ["whole"]
 
 
-def test_a_retry_inside_a_retry_only_runs_the_outer_one_retries(tiny_upstream, monkeypatch):
-    # A command's retry around a whole stage (compile, run) holds the VAE's
-    # own: the VAE's run fails as it is, and the command's retry replaces the plan once.
+def test_the_vaes_retry_takes_the_steps_its_caller_gives(tiny_upstream, monkeypatch):
+    # A command gives the steps (every process together); the retry stays the VAE's own, the only one:
+    # the VAE's run fails once, and the replaced plan is told by the given steps alone.
     runs = _exhaust_whole_once(monkeypatch)
     vae = ct.wrap(tiny_upstream, mesh="dp=1,tp=1")
     z = np.zeros(SHAPE, np.float32)
-    inner = []
+    taken = []
 
-    def stage():
-        try:
-            return vae.decode(z).sample
-        except jax.errors.JaxRuntimeError as e:
-            inner.append(e)
-            raise
+    class Told(retry.Alone):
+        def run(self, step, fn):
+            taken.append(step)
+            return fn()
 
-    with pytest.warns(PlanReplacedWarning):
-        video = retry_out_of_memory(vae.planner, "decode", SHAPE, stage)
-    assert len(inner) == 1 and runs[0] == "whole" and runs[1].startswith("tiles of") and len(runs) == 2
+        def replaced(self, failed, smaller, shape):
+            taken.append(f"replaced {failed.name} for {shape}")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlanReplacedWarning)  # told by the given steps, not the library's warning
+        with retry.taken_by(lambda kind, shape: Told()):
+            video = vae.decode(z).sample
+    assert taken == ["first", "plan", f"replaced whole for {SHAPE}", "last"]
+    assert runs[0] == "whole" and runs[1].startswith("tiles of") and len(runs) == 2
     assert tuple(video.shape) == (1, 3, 1, 64, 96)
 
 
