@@ -189,8 +189,9 @@ def _read(config: DecodeConfig, work: jobs.Work, batch: list[jobs.Job], shape: t
     cache: dict[str, np.ndarray] = {}
     for i, job in enumerate(batch):
         try:
-            if job.source not in cache:  # files of several videos: read once
-                cache = {job.source: jobs.prepared(config, work.vae, job.source)[0]}
+            if job.source not in cache:  # files of several videos: read once (checked and warned of by `jobs.scan`)
+                cache = {job.source: family_latents.read_for(work.vae, job.source, config.key, layout=config.layout,
+                                                             unscale=config.unscale)[0]}
             one = cache[job.source][job.index : job.index + 1]
             if one.shape != job.shape:
                 raise ValueError(f"{job.source!r} changed while this command ran (now {one.shape})")

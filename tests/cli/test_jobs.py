@@ -200,19 +200,19 @@ def test_in_a_streamed_batch_one_failing_video_spares_the_others(tmp_path, capsy
 
 
 def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_path, capsys, monkeypatch, library):
-    from cogvideox_torchax.cli import decode, jobs
-    from cogvideox_torchax.io import video
+    from cogvideox_torchax.cli import decode
+    from cogvideox_torchax.io import family_latents, video
 
     z = _inputs(tmp_path / "in")
     (tmp_path / "in" / "bad.safetensors").unlink()
     reads: dict[str, int] = {}
-    prepared, decode_whole, write = jobs.prepared, decode._decode, video.write_video_to
+    read_for, decode_whole, write = family_latents.read_for, decode._decode, video.write_video_to
 
-    def changing(args, vae, source):  # v1 changes between the scan and its batch's read
+    def changing(vae, source, *args, **kwargs):  # v1 changes between the scan and its batch's read
         reads[source] = reads.get(source, 0) + 1
         if source.endswith("v1.safetensors") and reads[source] > 1:
             raise ValueError("v1 is now garbage")
-        return prepared(args, vae, source)
+        return read_for(vae, source, *args, **kwargs)
 
     def failing_decode(vae, zb, raw):  # the pair's batch fails on device
         if zb.shape[2] == 2:
@@ -224,7 +224,7 @@ def test_a_failed_batch_a_failed_write_and_a_changed_file_spare_the_rest(tmp_pat
             raise RuntimeError("disk said no")
         return write(path, kind, one, **kw)
 
-    monkeypatch.setattr(jobs, "prepared", changing)
+    monkeypatch.setattr(family_latents, "read_for", changing)
     monkeypatch.setattr(decode, "_decode", failing_decode)
     monkeypatch.setattr(video, "write_video_to", failing_write)
     out = tmp_path / "out"
