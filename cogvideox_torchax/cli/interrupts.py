@@ -99,11 +99,6 @@ def check_interrupted() -> None:
         raise _raised(_interrupted)
 
 
-def interrupted_by() -> int | None:
-    """The first signal received during this command, if any."""
-    return _interrupted
-
-
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """A block a signal must not cut in two (moving outputs in, or back out): its interrupt is raised after it."""
