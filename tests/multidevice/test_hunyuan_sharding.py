@@ -54,3 +54,17 @@ def test_hunyuan15_mesh_matches_single_device(mesh, shape):
     single = ct.wrap(upstream, mesh="dp=1,tp=1").decode(z).sample.numpy()
     out = ct.wrap(upstream, mesh=mesh).decode_jax(z)
     assert_close(np.asarray(out), single, atol=1e-5, label=f"hunyuan15 {mesh} {shape}")
+
+
+def test_hunyuan_tiles_on_a_mesh_match_single_device(hunyuan_upstream):
+    # 3x3 tiles of four shapes; at dp=2 two tiles per scan step.
+    tiling = {"tile_sample_min_height": 24, "tile_sample_min_width": 32,
+              "tile_sample_stride_height": 16, "tile_sample_stride_width": 24}
+    z = seeded_latents((1, 4, 2, 6, 9))
+    outs = []
+    for mesh in ("dp=1,tp=1", "dp=2,tp=4"):
+        vae = ct.wrap(hunyuan_upstream, mesh=mesh)
+        vae.enable_tiling(**tiling)
+        assert "hunyuan_tile_batching" in vae.plan.steps
+        outs.append(np.asarray(vae.decode_jax(z)))
+    assert_close(outs[1], outs[0], atol=3e-5, label="hunyuan tiles dp=2,tp=4")

@@ -64,6 +64,24 @@ def test_spatial_tiles_as_upstream_within_windows(hunyuan_tiny_upstream):
     assert_close(vae.decode(z).sample, expected, atol=1e-4, label=f"hunyuan-tiny tiled, {frames} latent frames")
 
 
+def test_tiles_of_one_shape_share_one_decoder(hunyuan_tiny_upstream):
+    # 4x6 latents are 2x2 tiles of four shapes, 6x9 are 3x3 tiles of the same four shapes: one decoder per shape,
+    # whatever the count (traced as upstream's loop, one decoder per tile: 100 convolutions against 225 here).
+    def convolutions(hw):
+        vae = ct.wrap(hunyuan_tiny_upstream, dtype="float32", mesh="dp=1,tp=1")
+        vae.enable_tiling(**TILING)
+        text = vae.compile_decode((1, 4, 1, *hw)).as_text()
+        return vae.plan.steps, sum("convolution" in line for line in text.splitlines())
+
+    (steps, small), (_, large) = convolutions((4, 6)), convolutions((6, 9))
+    assert "hunyuan_tile_batching" in steps and small == large > 0
+    z = seeded_latents((1, 4, 1, 6, 9), seed=3)
+    vae = ct.wrap(hunyuan_tiny_upstream, dtype="float32", mesh="dp=1,tp=1")
+    vae.enable_tiling(**TILING)
+    expected = _with(hunyuan_tiny_upstream, {"use_tiling": True, **TILING}, z)
+    assert_close(vae.decode(z).sample, expected, atol=1e-4, label="hunyuan-tiny 3x3 tiles of four shapes")
+
+
 @pytest.mark.parametrize("frames", [5, 9])
 def test_the_untiled_decode_is_upstreams_decoder_on_the_whole_video(hunyuan_tiny_upstream, frames):
     # use_framewise_decoding off: the whole video through the decoder at once, every token in one attention.
