@@ -262,36 +262,27 @@ class _Done:
         config, vae = self.config, self.vae
         frames = family_latents.frames_of(vae, z.shape[2])
         total = z.shape[0] * frames
-        largest = float(np.abs(z).max())
-        nonfinite: set[int] = set()
-
-        def check(chunk) -> None:  # one file: its outputs are one, and NaN in any ends the run
-            if not chunk.finite.all():
-                raise UsageError(out_of_memory.nonfinite_cause(vae, "decode", largest))
-
-        def failed_video(i: int, error: Exception | None) -> None:
-            if error is None:
-                nonfinite.add(i)
-            else:
-                problems[i] = errors.one_line(error)
-
+        failed: dict[int, Exception | None] = {}  # video -> its writer's error, or None: frames not finite
         with contextlib.ExitStack() as stack:
             rows, problems = self._rows(batch, z, unread, stack)
             with _bar(not self.many, "decode", total, "frame", config.run.quiet) as decode, \
                     _bar(not self.many, "write", total, "frame", config.run.quiet) as write:
-                # Many: a video's failure (NaN in it, its writer) is its own; one file: any ends the run.
-                each = {"failed_video": failed_video} if self.many else {"check": check}
+                # A video's failure (NaN in it, its writer) drops it alone; the decode stops once all have failed.
                 times = stream(rows, vae.decode_stream(z), self.options, on_decoded=decode.tick,
-                               on_written=write.tick, poll=interrupts.check_interrupted, **each)
+                               on_written=write.tick, poll=interrupts.check_interrupted,
+                               failed_video=failed.__setitem__)
             if config.run.memory_report and not self.many:
                 in_use.report("decode")
             interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
+            for i, error in failed.items():
+                if not self.many:  # one file: its outputs are one, and the first failure ends the run
+                    raise error or UsageError(out_of_memory.nonfinite_cause(vae, "decode", float(np.abs(z).max())))
+                problems.setdefault(i, errors.one_line(error) if error is not None else
+                                    out_of_memory.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max())))
             if not self.many:
                 self.work.writer.commit()
                 self.times = {**times.as_dict(), "frames_per_s": round(total / times.decode_s, 3)}
                 return
-            for i in nonfinite:
-                problems.setdefault(i, out_of_memory.nonfinite_cause(vae, "decode", float(np.abs(z[i]).max())))
             for i, job in enumerate(batch):
                 self._commit(job, rows[i][0] if i not in problems else None, problems.get(i), bar)
 

@@ -169,7 +169,8 @@ def write_while_decoding(
         poll: called while waiting on the queue (the commands raise a pending signal there).
         queue_size: chunks that may wait for the writer.
         failed_video: where given, a video whose frames are not finite (``None``) or whose writer raised (the
-            error) is reported through it and written no more; the others go on. Without it any failure ends all.
+            error) is reported through it and written no more; the others go on, and the decode stops once no
+            video is left to write. Without it any failure ends all.
 
     Raises:
         Exception: whatever the decode, ``check`` or the writer raised (the first).
@@ -177,6 +178,7 @@ def write_while_decoding(
     work: queue.Queue = queue.Queue(maxsize=queue_size)
     failed: list[BaseException] = []
     busy = [0.0]
+    nothing_left = threading.Event()  # with failed_video: every video to write has failed
 
     def writer() -> None:
         done = False
@@ -187,6 +189,8 @@ def write_while_decoding(
                     for i, frames in enumerate(chunk.data):
                         writers.write(i, frames, bool(chunk.finite[i]), on_written)
                     busy[0] += time.perf_counter() - t
+                    if not writers.left:
+                        nothing_left.set()
                 t = time.perf_counter()
             busy[0] += time.perf_counter() - t  # closing flushes the encoders
         except BaseException as e:  # noqa: BLE001  (handed to the main thread, raised there)
@@ -211,7 +215,7 @@ def write_while_decoding(
                     break
                 except queue.Full:
                     poll()
-            if failed:
+            if failed or nothing_left.is_set():
                 break
         decoded = time.perf_counter() - start
     finally:
@@ -246,6 +250,11 @@ class _Writers:
                     raise
                 self._writers.append(None)
                 failed_video(i, e)
+
+    @property
+    def left(self) -> int:
+        """How many videos are still written (padding is none)."""
+        return sum(w is not None for w in self._writers)
 
     def __enter__(self) -> _Writers:
         return self
