@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, stages
+from cogvideox_torchax.cli import agreement, command, errors, interrupts, options, out_of_memory, plans, stages
 from cogvideox_torchax.cli import summary as report
 from cogvideox_torchax.cli.errors import UsageError
 from cogvideox_torchax.cli.options import add_model_arguments
@@ -192,12 +192,12 @@ def _dry_run(config: EncodeConfig) -> dict[str, Any]:
     _, vae, load = stages.load_together(config.run)
     x = _fit(config, vae, raw)
     vae.check_video(x.shape)
-    plan, _, stage = stages.plan_stage(vae, x.shape, "encode", config.run)
+    plan, _, stage = plans.plan_stage(vae, x.shape, "encode", config.run)
     out = {"dry_run": True, **report.run_fields(vae, load), "memory_plan": plan.as_dict(),
            "plan_s": round(stage.seconds, 3), "video_shape": list(x.shape)}
     if config.run.model.target is not None:
         with out_of_memory.out_of_memory_as_exit_3("compiling the encode of", x.shape):
-            out.update(stages.target_report(vae, tuple(x.shape), "encode", config.run.model.target, plan))
+            out.update(plans.target_report(vae, tuple(x.shape), "encode", config.run.model.target, plan))
     return out
 
 
@@ -225,7 +225,7 @@ def _encode(config: EncodeConfig, writer: Writer | None) -> dict[str, Any]:
     # Compiled, then run, each agreed by every process (the run retried once on a smaller plan).
     with agreement.together("compiling the encode"), \
             out_of_memory.out_of_memory_as_exit_3("compiling the encode of", x.shape, vae, "encode"), \
-            stages.compiling(config.run) as compiled:
+            plans.compiling(config.run) as compiled:
         vae.compile_encode(x.shape)
     with agreement.together("encoding"), out_of_memory.agreed_retry(vae, "encoding video of", quiet=config.run.quiet):
         encode, moments = encode_all()

@@ -7,7 +7,9 @@ on the planner's plan (`TorchaxVAE.memory_plan`: whole, tiled, or on a wider
 mesh). A streamed decode holds one latent frame batch's activations rather
 than the whole video's, so it fits wherever the whole decode does and often
 where only a tiled one would. A stream that runs out of memory under
-``--max-memory auto`` falls back to the plan (`streaming`), once.
+``--max-memory auto`` falls back to the plan (`streaming`), once. The
+compile and plan stages both commands show are here (`compiling`,
+`plan_stage`, `target_report`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from cogvideox_torchax.cli import agreement, errors, out_of_memory, stages
+from cogvideox_torchax.cli import agreement, errors, out_of_memory, stages, timeline
+from cogvideox_torchax.cli.options import RunOptions
+from cogvideox_torchax.memory import in_use
+from cogvideox_torchax.platforms import accelerators, hlo
 
 if TYPE_CHECKING:
     from cogvideox_torchax.memory.budget import MemoryPlan
@@ -36,7 +41,7 @@ class ShapePlan:
     error: Exception | None = None  # a many-latents run: why this shape's videos fail (planning failed)
     memory: MemoryPlan | None = None  # --dry-run: the plan, compiled
     plan_s: float = 0.0  # --dry-run: the plan stage's seconds
-    target: dict[str, Any] = dataclasses.field(default_factory=dict)  # --dry-run --target: `stages.target_report`
+    target: dict[str, Any] = dataclasses.field(default_factory=dict)  # --dry-run --target: `target_report`
 
     def fall_back(self, why: str) -> None:
         """Decodes whole on the memory plan from now on."""
@@ -107,11 +112,11 @@ def make(config, vae, shapes: list[tuple[int, ...]], kind: str | None) -> Plans:
 
         try:
             if run.dry_run:
-                memory, chosen, stage = stages.plan_stage(vae, shape, "decode", run, choose)
+                memory, chosen, stage = plan_stage(vae, shape, "decode", run, choose)
                 chosen.memory, chosen.plan_s = memory, stage.seconds
                 if run.model.target is not None:
                     with out_of_memory.out_of_memory_as_exit_3("compiling the decode of", shape):
-                        chosen.target = stages.target_report(vae, shape, chosen.program, run.model.target, memory)
+                        chosen.target = target_report(vae, shape, chosen.program, run.model.target, memory)
             else:
                 chosen = choose()
                 if chosen.streamed is None:
@@ -131,7 +136,7 @@ def make(config, vae, shapes: list[tuple[int, ...]], kind: str | None) -> Plans:
 
 @contextlib.contextmanager
 def _compiling(out: Plans, run, many: bool) -> Iterator[None]:
-    with stages.compiling(run, shown=not many) as done:
+    with compiling(run, shown=not many) as done:
         yield
     out.compile_s += done.seconds
     if not many:
@@ -157,3 +162,71 @@ class streaming(contextlib.AbstractContextManager):  # noqa: N801 (a context man
         self.say(f"out of memory while streaming latents of shape {self.plan.shape}; "
                  "decoding with the memory plan instead")
         return True
+
+
+@contextlib.contextmanager
+def compiling(run: RunOptions, shown: bool = True) -> Iterator[Compiled]:
+    """The "compile" stage around the block (which compiles), counting cache hits: yields its `Compiled` record.
+
+    Not ``shown``: no bar (a many-latents run's shapes compile under its decode bar), a part of the timeline.
+    """
+    from cogvideox_torchax.vae import compile_cache  # imports JAX: not before the options are checked
+
+    done = Compiled()
+    with stages.Stage("compile", 1, "program", run.quiet or not shown, record=shown) as stage:
+        with timeline.timed_part("compile") if not shown else contextlib.nullcontext():
+            with compile_cache.count_cache_events() as events:
+                yield done
+        stage.tick()
+    done.seconds, done.cache = stage.seconds, events.status
+    if run.memory_report:
+        in_use.report("compile")
+
+
+class Compiled:
+    """What a compile stage saw: its seconds and the compile cache (``hit``, ``miss``, ...)."""
+
+    seconds = 0.0
+    cache = "off"
+
+
+def plan_stage(vae, shape: tuple[int, ...], kind: str, run: RunOptions,
+               choose: Callable[[], Any] | None = None):
+    """``--dry-run``'s "plan" stage: the stream's plan where ``choose()`` gives one, else the memory plan.
+
+    ``choose()``: a `plans.ShapePlan` (its ``streamed`` plan, or the
+    ``program`` to plan); without it the ``kind`` program is planned.
+    Compiled, not run. Returns ``(plan, chosen, stage)``.
+    """
+    target = run.model.target
+    with agreement.together("planning"), out_of_memory.out_of_memory_as_exit_3(f"planning the {kind} of", shape):
+        with stages.Stage("plan", 1, "shape", run.quiet) as stage:
+            chosen = choose() if choose is not None else None
+            plan = (chosen and chosen.streamed) or vae.memory_plan(
+                tuple(shape), kind=chosen.program if chosen else kind, target=target,
+                mesh=run.model.mesh if target else None)
+            stage.tick()
+    return plan, chosen, stage
+
+
+def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> dict[str, Any]:
+    """What ``--dry-run --target`` adds: the target, its program's plan, bytes per device, HLO counts.
+
+    The compile time is the plan stage's (``plan_s``).
+    """
+    acc = accelerators.get(target)
+    mesh = f"dp={plan.mesh[0]},tp={plan.mesh[1]}"
+    # The plan's own executable (compiled while planning; not compiled again).
+    compiled = (vae.compile_encode(shape, target=target, mesh=mesh) if kind == "encode"
+                else vae.compile_decode(shape, target=target, mesh=mesh))
+    m = compiled.memory_analysis()
+    program = vae.plan_for(acc.platform)
+    return {
+        "target": {"name": acc.name, "platform": acc.platform, "devices": acc.devices, "budget": acc.budget,
+                   "autotune_allowance": acc.autotune_allowance, "description": acc.description},
+        "mesh": {"dp": plan.mesh[0], "tp": plan.mesh[1]},
+        "plan": program.as_dict(),
+        "per_device_bytes": {"temp": int(m.temp_size_in_bytes), "arguments": int(m.argument_size_in_bytes),
+                             "outputs": int(m.output_size_in_bytes)},
+        "compiled": hlo.compiled_summary(compiled.as_text()),
+    }

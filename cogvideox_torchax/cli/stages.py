@@ -1,22 +1,19 @@
-"""The commands' stages (load, compile, plan), each a progress bar on stderr and a time in the summary.
+"""The commands' stages, each a progress bar on stderr and a time in the summary; the first of them, loading.
 
 Loading is the model the options name (a ``random:`` preset, a folder or a
-hub id), on its mesh, with the JAX compile cache on or off as asked.
+hub id), on its mesh, with the JAX compile cache on or off as asked. The
+compile and plan stages are the plans' (`plans.compiling`, `plans.plan_stage`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from tqdm import tqdm
 
-from cogvideox_torchax.cli import agreement, errors, interrupts, options, out_of_memory, timeline
+from cogvideox_torchax.cli import agreement, errors, interrupts, options, timeline
 from cogvideox_torchax.memory import in_use
-from cogvideox_torchax.platforms import accelerators, hlo
 
 
 class Stage:
@@ -76,74 +73,6 @@ def load_stage(run: options.RunOptions):
     if run.memory_report:
         in_use.report("load")
     return vae, stage
-
-
-@contextlib.contextmanager
-def compiling(run: options.RunOptions, shown: bool = True) -> Iterator[Compiled]:
-    """The "compile" stage around the block (which compiles), counting cache hits: yields its `Compiled` record.
-
-    Not ``shown``: no bar (a many-latents run's shapes compile under its decode bar), a part of the timeline.
-    """
-    from cogvideox_torchax.vae import compile_cache  # imports JAX: not before the options are checked
-
-    done = Compiled()
-    with Stage("compile", 1, "program", run.quiet or not shown, record=shown) as stage:
-        with timeline.timed_part("compile") if not shown else contextlib.nullcontext():
-            with compile_cache.count_cache_events() as events:
-                yield done
-        stage.tick()
-    done.seconds, done.cache = stage.seconds, events.status
-    if run.memory_report:
-        in_use.report("compile")
-
-
-class Compiled:
-    """What a compile stage saw: its seconds and the compile cache (``hit``, ``miss``, ...)."""
-
-    seconds = 0.0
-    cache = "off"
-
-
-def plan_stage(vae, shape: tuple[int, ...], kind: str, run: options.RunOptions,
-               choose: Callable[[], Any] | None = None):
-    """``--dry-run``'s "plan" stage: the stream's plan where ``choose()`` gives one, else the memory plan.
-
-    ``choose()``: a `plans.ShapePlan` (its ``streamed`` plan, or the
-    ``program`` to plan); without it the ``kind`` program is planned.
-    Compiled, not run. Returns ``(plan, chosen, stage)``.
-    """
-    target = run.model.target
-    with agreement.together("planning"), out_of_memory.out_of_memory_as_exit_3(f"planning the {kind} of", shape):
-        with Stage("plan", 1, "shape", run.quiet) as stage:
-            chosen = choose() if choose is not None else None
-            plan = (chosen and chosen.streamed) or vae.memory_plan(
-                tuple(shape), kind=chosen.program if chosen else kind, target=target,
-                mesh=run.model.mesh if target else None)
-            stage.tick()
-    return plan, chosen, stage
-
-
-def target_report(vae, shape: tuple[int, ...], kind: str, target: str, plan) -> dict[str, Any]:
-    """What ``--dry-run --target`` adds: the target, its program's plan, bytes per device, HLO counts.
-
-    The compile time is the plan stage's (``plan_s``).
-    """
-    acc = accelerators.get(target)
-    mesh = f"dp={plan.mesh[0]},tp={plan.mesh[1]}"
-    # The plan's own executable (compiled while planning; not compiled again).
-    compiled = (vae.compile_encode(shape, target=target, mesh=mesh) if kind == "encode"
-                else vae.compile_decode(shape, target=target, mesh=mesh))
-    m = compiled.memory_analysis()
-    program = vae.plan_for(acc.platform)
-    return {
-        "target": {"name": acc.name, "platform": acc.platform, "devices": acc.devices, "budget": acc.budget,
-                   "autotune_allowance": acc.autotune_allowance, "description": acc.description},
-        "mesh": {"dp": plan.mesh[0], "tp": plan.mesh[1]},
-        "plan": program.as_dict(),
-        "per_device_bytes": {"temp": int(m.temp_size_in_bytes), "arguments": int(m.argument_size_in_bytes),
-                             "outputs": int(m.output_size_in_bytes)},
-        "compiled": hlo.compiled_summary(compiled.as_text()),
-    }
 
 
 def compile_cache_from(run: options.RunOptions) -> Path | None:

@@ -205,7 +205,7 @@ def _print_plan(s: dict[str, Any], what: str) -> None:
 
 
 def print_target(s: dict[str, Any]) -> None:
-    """The human lines of `stages.target_report`'s fields (nothing without ``--target``)."""
+    """The human lines of `plans.target_report`'s fields (nothing without ``--target``)."""
     if "target" not in s:
         return
     b, c = s["per_device_bytes"], s["compiled"]
