@@ -167,7 +167,7 @@ def run(config: DecodeConfig) -> dict[str, Any]:
                         if plan.streamed is not None:
                             done.streamed(batch, z, unread, bar)
                     if plan.streamed is None:
-                        done.whole(batch, z, unread, plan, bar)
+                        done.whole(batch, z, unread, bar)
                 except Exception as e:  # a many-latents run fails the batch's videos and goes on
                     if not many or (isinstance(e, errors.PeerFailed) and e.code in errors.SIGNALLED):
                         raise
@@ -299,8 +299,7 @@ class _Done:
         bar.tick()
         interrupts.check_interrupted()
 
-    def whole(self, batch: list[jobs.Job], z: np.ndarray, unread: dict[str, str], plan: plans.ShapePlan,
-              bar) -> None:
+    def whole(self, batch: list[jobs.Job], z: np.ndarray, unread: dict[str, str], bar) -> None:
         """Decodes the batch at once on the memory plan (retried once on a smaller one), then writes each video."""
         config, vae, shape, raw = self.config, self.vae, tuple(z.shape), self.raw
         frames = family_latents.frames_of(vae, z.shape[2])
