@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from cogvideox_torchax.patches.base import interop, torchax
+from cogvideox_torchax.patches.base import add_mixin, interop, torchax
 
 
 def blend(a: jax.Array, b: jax.Array, extent: int, axis: int) -> jax.Array:
@@ -125,3 +125,21 @@ def decode_tile_group(decode, stacked: torch.Tensor, count: int, tiles_per_step:
     _, videos = jax.lax.scan(body, None, xs)  # (steps, per_step * B, 3, F, h, w)
     videos = videos.reshape(steps * per_step * batch, *videos.shape[2:])[: count * batch]
     return env.j2t_iso(videos)
+
+
+def add_batching(vae: torch.nn.Module, mixin: type, attribute: str, per_step: int) -> int:
+    """Puts a batching ``mixin`` on ``vae`` and sets ``attribute``: how many tiles (or windows) one scan step decodes.
+
+    Every family's tile batching (and HunyuanVideo's frame windows) applies itself so.
+
+    Returns:
+        1 if ``vae``'s class changed in this call, else 0 (``attribute`` is set either way).
+
+    Raises:
+        ValueError: ``per_step`` below 1.
+    """
+    if per_step < 1:
+        raise ValueError(f"{attribute} must be >= 1, got {per_step}")
+    changed = add_mixin(vae, mixin)
+    setattr(vae, attribute, int(per_step))
+    return changed

@@ -14,8 +14,8 @@ import torch
 from diffusers import AutoencoderKLCogVideoX
 from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax
-from cogvideox_torchax.patches.tiling import decode_tile_group, decode_tiles
+from cogvideox_torchax.patches.base import Patch, is_torchax
+from cogvideox_torchax.patches.tiling import add_batching, decode_tile_group, decode_tiles
 
 
 class BatchedTilesMixin:
@@ -72,11 +72,7 @@ def apply_tile_batching(vae: AutoencoderKLCogVideoX, tiles_per_step: int = 1) ->
     """
     if not issubclass(type(vae), AutoencoderKLCogVideoX):  # not a TorchaxVAE, which passes isinstance
         raise TypeError(f"apply_tile_batching expects an AutoencoderKLCogVideoX, got {type(vae).__name__}")
-    if tiles_per_step < 1:
-        raise ValueError(f"tiles_per_step must be >= 1, got {tiles_per_step}")
-    changed = add_mixin(vae, BatchedTilesMixin)
-    vae.tiles_per_step = int(tiles_per_step)
-    return changed
+    return add_batching(vae, BatchedTilesMixin, "tiles_per_step", tiles_per_step)
 
 
 PATCHES = (

@@ -23,8 +23,8 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import AutoencoderKLHunyuanVideo
 from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax.patches.base import Patch, add_mixin, interop, is_torchax
-from cogvideox_torchax.patches.tiling import blend, decode_tile_group
+from cogvideox_torchax.patches.base import Patch, interop, is_torchax
+from cogvideox_torchax.patches.tiling import add_batching, blend, decode_tile_group
 
 
 def windowed(x: torch.Tensor, size: int, stride: int, code, extent: int, keep: int, total: int,
@@ -114,11 +114,7 @@ def apply_frame_windows(vae: AutoencoderKLHunyuanVideo, windows_per_step: int = 
     """
     if not issubclass(type(vae), AutoencoderKLHunyuanVideo):  # not a TorchaxVAE, which passes isinstance
         raise TypeError(f"apply_frame_windows expects an AutoencoderKLHunyuanVideo, got {type(vae).__name__}")
-    if windows_per_step < 1:
-        raise ValueError(f"windows_per_step must be >= 1, got {windows_per_step}")
-    changed = add_mixin(vae, HunyuanFrameWindowsMixin)
-    vae.windows_per_step = int(windows_per_step)
-    return changed
+    return add_batching(vae, HunyuanFrameWindowsMixin, "windows_per_step", windows_per_step)
 
 
 PATCHES = (

@@ -21,8 +21,8 @@ from diffusers.models.autoencoders.autoencoder_kl_wan import AutoencoderKLWan
 from diffusers.models.autoencoders.vae import DecoderOutput
 
 from cogvideox_torchax.families.wan import chunks
-from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax
-from cogvideox_torchax.patches.tiling import decode_tile_group, decode_tiles
+from cogvideox_torchax.patches.base import Patch, is_torchax
+from cogvideox_torchax.patches.tiling import add_batching, decode_tile_group, decode_tiles
 
 
 class WanBatchedTilesMixin:
@@ -63,11 +63,7 @@ def apply_tile_batching(vae: AutoencoderKLWan, tiles_per_step: int = 1) -> int:
         raise TypeError(f"apply_tile_batching expects an AutoencoderKLWan, got {type(vae).__name__}")
     if not hasattr(vae, "decode_frames"):
         raise ValueError("Wan's tile batching decodes each tile through the frame scan: apply wan_frame_scan first")
-    if tiles_per_step < 1:
-        raise ValueError(f"tiles_per_step must be >= 1, got {tiles_per_step}")
-    changed = add_mixin(vae, WanBatchedTilesMixin)
-    vae.tiles_per_step = int(tiles_per_step)
-    return changed
+    return add_batching(vae, WanBatchedTilesMixin, "tiles_per_step", tiles_per_step)
 
 
 PATCHES = (
