@@ -267,10 +267,11 @@ class _Done:
             rows, problems = self._rows(batch, z, unread, stack)
             with _bar(not self.many, "decode", total, "frame", config.run.quiet) as decode, \
                     _bar(not self.many, "write", total, "frame", config.run.quiet) as write:
-                # A video's failure (NaN in it, its writer) drops it alone; the decode stops once all have failed.
+                # A video's failure (NaN in it, its writer) drops it alone; the decode stops once all have failed
+                # (one file: at the first, which ends the run).
                 times = stream(rows, vae.decode_stream(z), self.options, on_decoded=decode.tick,
                                on_written=write.tick, poll=interrupts.check_interrupted,
-                               failed_video=failed.__setitem__)
+                               failed_video=failed.__setitem__, stop_at_first=not self.many)
             if config.run.memory_report and not self.many:
                 in_use.report("decode")
             interrupts.check_interrupted()  # a Ctrl-C swallowed on the way: nothing is moved in
@@ -314,8 +315,10 @@ class _Done:
 
         # Every process runs the decode; all agree after it (one whose decode failed must not leave the others
         # waiting in the gather).
+        # The VAE's calls retry out of memory (agreed); one outside them (the float32 copy) is exit 3 all the same.
         with agreement.together(f"decoding latents of shape {shape}"), \
-                out_of_memory.agreed_retry(vae, "decoding latents of", quiet=config.run.quiet):
+                out_of_memory.agreed_retry(vae, "decoding latents of", quiet=config.run.quiet), \
+                out_of_memory.out_of_memory_as_exit_3("decoding latents of", shape, vae, "decode" if raw else "frames"):
             decode, out = decode_all()
         if config.run.memory_report and not self.many:
             in_use.report("decode")

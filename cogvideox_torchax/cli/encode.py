@@ -227,7 +227,8 @@ def _encode(config: EncodeConfig, writer: Writer | None) -> dict[str, Any]:
             out_of_memory.out_of_memory_as_exit_3("compiling the encode of", x.shape, vae, "encode"), \
             plans.compiling(config.run) as compiled:
         vae.compile_encode(x.shape)
-    with agreement.together("encoding"), out_of_memory.agreed_retry(vae, "encoding video of", quiet=config.run.quiet):
+    with agreement.together("encoding"), out_of_memory.agreed_retry(vae, "encoding video of", quiet=config.run.quiet), \
+            out_of_memory.out_of_memory_as_exit_3("encoding video of", x.shape, vae, "encode"):
         encode, moments = encode_all()
     # Every process takes part in gathering the moments (outside `together`:
     # a collective); only process 0 writes.

@@ -8,7 +8,8 @@ array; `stream`, over one or several writers, for the chunks of
 (`commit`, inside the caller's ``atomic`` block: the commands defer a signal
 until the renames are done) or removing them. The streamed write runs on a
 thread fed by a bounded queue of decoded chunks, so host memory does not grow
-with the video; a failure on either side stops both.
+with the video; a failing decode stops both, a failing video (its frames
+not finite, or its writer) is dropped alone.
 """
 
 from __future__ import annotations
@@ -149,13 +150,13 @@ def write_while_decoding(
     open_writer: Callable[[int], Any],
     videos: int,
     *,
-    check: Callable[[Any], None] = _no_op,
     on_decoded: Callable[[int], None] = _no_op,
     on_written: Callable[[], None] = _no_op,
     guard: Callable[[int, int | None], Any] = lambda i, n: contextlib.nullcontext(),
     poll: Callable[[], None] = _no_op,
     queue_size: int = 2,
     failed_video: Callable[[int, Exception | None], None] | None = None,
+    stop_at_first: bool = False,
 ) -> StreamTimes:
     """Feeds each chunk's per-video frames to ``open_writer(i)``'s writer on a thread while the next chunk decodes.
 
@@ -163,34 +164,39 @@ def write_while_decoding(
         chunks: `VideoChunk` s in order (``data`` uint8 ``(B, F, H, W, 3)``).
         open_writer: a `FrameWriter` for video ``i``, or None for a video not written (padding).
         videos: how many videos (``B``).
-        check: called on each chunk before it is queued (raises to stop, e.g. on frames that were not finite).
         on_decoded: called with each chunk's frame count; ``on_written``: after each frame written.
         guard: ``guard(i, nbytes)``, a context manager around writing video ``i`` (naming it on a full disk).
         poll: called while waiting on the queue (the commands raise a pending signal there).
         queue_size: chunks that may wait for the writer.
         failed_video: where given, a video whose frames are not finite (``None``) or whose writer raised (the
             error) is reported through it and written no more; the others go on, and the decode stops once no
-            video is left to write. Without it any failure ends all.
+            video is left to write (with ``stop_at_first``, at the first failure). Without it a writer's failure
+            ends all (frames that are not finite are written as they come).
 
     Raises:
-        Exception: whatever the decode, ``check`` or the writer raised (the first).
+        Exception: whatever the decode or (without ``failed_video``) the writer raised (the first).
     """
     work: queue.Queue = queue.Queue(maxsize=queue_size)
     failed: list[BaseException] = []
     busy = [0.0]
-    nothing_left = threading.Event()  # with failed_video: every video to write has failed
+    stop = threading.Event()  # with failed_video: no video is left to write (or, stop_at_first, one failed)
+    report = failed_video
+    if failed_video is not None and stop_at_first:
+        def report(i: int, error: Exception | None) -> None:
+            failed_video(i, error)
+            stop.set()
 
     def writer() -> None:
         done = False
         try:
-            with _Writers(open_writer, videos, guard, failed_video) as writers:
+            with _Writers(open_writer, videos, guard, report) as writers:
                 while not (done := (chunk := work.get()) is _DONE):
                     t = time.perf_counter()
                     for i, frames in enumerate(chunk.data):
                         writers.write(i, frames, bool(chunk.finite[i]), on_written)
                     busy[0] += time.perf_counter() - t
                     if not writers.left:
-                        nothing_left.set()
+                        stop.set()
                 t = time.perf_counter()
             busy[0] += time.perf_counter() - t  # closing flushes the encoders
         except BaseException as e:  # noqa: BLE001  (handed to the main thread, raised there)
@@ -206,7 +212,6 @@ def write_while_decoding(
         for chunk in chunks:
             if first is None:
                 first = time.perf_counter() - start
-            check(chunk)
             on_decoded(chunk.frames * videos)
             poll()
             while not failed:
@@ -215,7 +220,7 @@ def write_while_decoding(
                     break
                 except queue.Full:
                     poll()
-            if failed or nothing_left.is_set():
+            if failed or stop.is_set():
                 break
         decoded = time.perf_counter() - start
     finally:

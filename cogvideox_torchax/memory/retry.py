@@ -71,7 +71,7 @@ def replaced_line(failed: budget.MemoryPlan | None, smaller: budget.MemoryPlan, 
 
 
 class Alone:
-    """One process's steps: each run finished on the device; a replaced plan is a `PlanReplacedWarning`."""
+    """One process's steps, each run as it is; a replaced plan is a `PlanReplacedWarning`."""
 
     def run(self, step: str, fn: Callable[[], Any]) -> Any:
         return fn()

@@ -3,6 +3,7 @@
 import json
 import re
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -107,9 +108,9 @@ def test_out_of_memory_under_auto_retries_once_with_the_next_plan(tmp_path, caps
     assert json.loads(captured.out)["memory_plan"]["name"] == seen[1] and (tmp_path / "out.mp4").exists()
 
 
-def test_out_of_memory_inside_the_vae_is_retried_once_by_the_command_alone(tmp_path, capsys, monkeypatch):
-    # The VAE's executable fails (its own retry sits inside the command's):
-    # one retry, one warning line, no library warning on top.
+def test_out_of_memory_inside_the_vae_is_retried_once_told_by_the_command_alone(tmp_path, capsys, monkeypatch):
+    # The VAE's executable fails: its retry, the only one, takes the command's steps: one retry, one warning
+    # line, no library warning on top.
     import warnings
 
     import jax
@@ -142,6 +143,26 @@ def test_out_of_memory_inside_the_vae_is_retried_once_by_the_command_alone(tmp_p
     err = capsys.readouterr().err
     assert runs[0] == "whole" and runs[1].startswith("tiles of") and len(runs) == 2
     assert err.count("retrying once with the tiles of") == 1 and (tmp_path / "out.mp4").exists()
+
+
+@pytest.mark.parametrize("output", ["out.mp4", "out.npy"])
+def test_out_of_memory_outside_the_vaes_calls_is_exit_3_all_the_same(tmp_path, capsys, monkeypatch, output):
+    # Past the VAE's own call (its retry's reach): the raw output's float32 copy, or the frames, on a device full.
+    import jax
+
+    import cogvideox_torchax as ct
+
+    def exhausted(self, z):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.50MiB.")
+
+    monkeypatch.setattr(ct.TorchaxVAE, "decode_frames_jax", exhausted)
+    monkeypatch.setattr(ct.TorchaxVAE, "decode_jax", exhausted)
+    z = _latents(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    assert decode.main([str(z), *TINY, "-o", str(tmp_path / output), "--no-stream"]) == 3
+    err = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
+    assert err.startswith("error: out of memory decoding latents of shape (1, 4, 1, 8, 12)") and "asked 1.50MiB" in err
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_out_of_memory_twice_is_exit_3_naming_asked_bytes_and_the_flag(tmp_path, capsys, monkeypatch):

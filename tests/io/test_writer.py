@@ -56,3 +56,13 @@ def test_the_decode_stops_once_no_video_is_left_to_write(nan_in):
 def test_without_failed_video_the_first_failure_ends_all():
     with pytest.raises(OSError, match="disk said no"):
         write_while_decoding(_chunks(5, 2), [_Frames(fails=True), _Frames()].__getitem__, 2)
+
+
+def test_stop_at_first_ends_the_decode_at_the_first_failure():
+    # One file's videos are written together: the first failure ends its decode though another video is left.
+    taken: list[int] = []
+    failed: dict[int, Exception | None] = {}
+    writers = [_Frames(), _Frames()]
+    write_while_decoding(_chunks(50, 2, 0, taken), writers.__getitem__, 2, failed_video=failed.__setitem__,
+                         stop_at_first=True, queue_size=1)
+    assert list(failed) == [0] and len(taken) <= 4 and writers[1].closed

@@ -1,1 +1,1 @@
-"""HunyuanVideo's patches: its middle blocks' frame-causal attention without the mask, its frame windows in one scan."""
+"""HunyuanVideo's patches: the frame-causal attention without the mask; its windows and tiles each one scan."""

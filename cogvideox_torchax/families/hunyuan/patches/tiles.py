@@ -8,9 +8,10 @@ Traced into one jit that is one decoder per tile, and the memory planner
 compiles one such program per tiling it tries. Here the grid, the blending
 and the crop are upstream's (`cogvideox_torchax.patches.tiling.decode_tiles`),
 and tiles of one shape (at most four) are stacked on the batch and decoded
-``tiles_per_step`` at a time as the steps of one scan: one decoder per tile
-shape, whatever the tile count. Inside 1.0's frame windows each window's
-tiles are such a scan, nested in the windows' own.
+as the steps of one scan: one decoder per tile shape, whatever the tile
+count. A step decodes about ``tiles_per_step`` (the mesh's ``dp``) videos'
+tiles: inside 1.0's frame windows, which stack ``dp`` windows on the batch
+already, one tile of each (`_per_step`), the scan nested in the windows' own.
 """
 
 from __future__ import annotations
@@ -20,8 +21,13 @@ from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import Autoencod
 from diffusers.models.autoencoders.autoencoder_kl_hunyuanvideo15 import AutoencoderKLHunyuanVideo15
 from diffusers.models.autoencoders.vae import DecoderOutput
 
-from cogvideox_torchax.patches.base import Patch, add_mixin, is_torchax
-from cogvideox_torchax.patches.tiling import decode_tile_group, decode_tiles
+from cogvideox_torchax.patches.base import Patch, is_torchax
+from cogvideox_torchax.patches.tiling import add_batching, decode_tile_group, decode_tiles
+
+
+def _per_step(tiles_per_step: int, batch: int) -> int:
+    """Tiles per scan step for ``batch`` stacked videos (or windows): about ``tiles_per_step`` of them, at least one."""
+    return max(1, tiles_per_step // batch)
 
 
 class HunyuanBatchedTilesMixin:
@@ -41,8 +47,9 @@ class HunyuanBatchedTilesMixin:
         def decode(tiles: torch.Tensor) -> torch.Tensor:
             return self.decoder(self.post_quant_conv(tiles))
 
+        per_step = _per_step(self.tiles_per_step, z.shape[0])
         dec = decode_tiles(z, tile, step, extent, keep,
-                           lambda stacked, count: decode_tile_group(decode, stacked, count, self.tiles_per_step))
+                           lambda stacked, count: decode_tile_group(decode, stacked, count, per_step))
         dec = dec[:, :, :, : z.shape[3] * ratio, : z.shape[4] * ratio]
         return DecoderOutput(sample=dec) if return_dict else (dec,)
 
@@ -60,8 +67,9 @@ class Hunyuan15BatchedTilesMixin:
         step = (int(tile[0] * (1 - factor)), int(tile[1] * (1 - factor)))
         extent = (int(self.tile_sample_min_height * factor), int(self.tile_sample_min_width * factor))
         keep = (self.tile_sample_min_height - extent[0], self.tile_sample_min_width - extent[1])
+        per_step = _per_step(self.tiles_per_step, z.shape[0])
         return decode_tiles(z, tile, step, extent, keep,
-                            lambda stacked, count: decode_tile_group(self.decoder, stacked, count, self.tiles_per_step))
+                            lambda stacked, count: decode_tile_group(self.decoder, stacked, count, per_step))
 
 
 def apply_tile_batching(vae: torch.nn.Module, tiles_per_step: int = 1) -> int:
@@ -79,19 +87,15 @@ def apply_tile_batching(vae: torch.nn.Module, tiles_per_step: int = 1) -> int:
         mixin = Hunyuan15BatchedTilesMixin
     else:
         raise TypeError(f"HunyuanVideo's tile batching expects its 1.0 or 1.5 VAE, got {type(vae).__name__}")
-    if tiles_per_step < 1:
-        raise ValueError(f"tiles_per_step must be >= 1, got {tiles_per_step}")
-    changed = add_mixin(vae, mixin)
-    vae.tiles_per_step = int(tiles_per_step)
-    return changed
+    return add_batching(vae, mixin, "tiles_per_step", tiles_per_step)
 
 
 PATCHES = (
     Patch(
         "hunyuan_tile_batching", "loops",
         "When tiling is enabled (`TorchaxVAE.enable_tiling`), decode HunyuanVideo's equal-shape tiles together, one "
-        "per ``dp`` replica per scan step: the program holds one decoder per tile shape whatever the tile count; "
-        "False traces upstream's loop, one decoder per tile.",
+        "video's (or window's) tile per ``dp`` replica per scan step: the program holds one decoder per tile shape "
+        "whatever the tile count; False traces upstream's loop, one decoder per tile.",
         lambda m, plan, mesh: apply_tile_batching(m, tiles_per_step=plan.placement.dp),
         families=("hunyuan", "hunyuan15"),
     ),
