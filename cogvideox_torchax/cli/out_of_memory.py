@@ -14,10 +14,14 @@ from cogvideox_torchax.cli import agreement, errors
 
 
 def is_out_of_memory(e: BaseException) -> bool:
-    """XLA's RESOURCE_EXHAUSTED / out of memory, or a MemoryError (`retry.is_out_of_memory`), not bad input."""
+    """XLA's RESOURCE_EXHAUSTED / out of memory, or a MemoryError (`retry.is_out_of_memory`).
+
+    Not bad input, and not the command's own errors: one already told (`errors.OutOfMemory`, a peer's
+    agreed failure) passes any outer guard as it is.
+    """
     from cogvideox_torchax.memory.retry import is_out_of_memory  # imports JAX: not before the options are checked
 
-    return not isinstance(e, errors.UsageError) and is_out_of_memory(e)
+    return not isinstance(e, (errors.UsageError, errors.OutOfMemory, errors.PeerFailed)) and is_out_of_memory(e)
 
 
 _ASKED = re.compile(r"allocat\w*\s+([\d.]+\s*[KMGT]?i?B|\d+\s*bytes)", re.I)

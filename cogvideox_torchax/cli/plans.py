@@ -153,7 +153,7 @@ class streaming(contextlib.AbstractContextManager):  # noqa: N801 (a context man
         self.vae, self.plan, self.say = vae, plan, say
 
     def __exit__(self, exc_type, e, tb) -> bool:
-        if not isinstance(e, Exception) or isinstance(e, errors.OutOfMemory) or not out_of_memory.is_out_of_memory(e):
+        if not isinstance(e, Exception) or not out_of_memory.is_out_of_memory(e):
             return False
         if self.vae.memory_budget()[1] == "max_memory":  # the budget the user gave: out of memory is final
             raise errors.OutOfMemory(out_of_memory.line(e, "decoding latents of", self.plan.shape)) from e

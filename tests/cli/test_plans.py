@@ -172,6 +172,7 @@ def test_out_of_memory_twice_is_exit_3_naming_asked_bytes_and_the_flag(tmp_path,
     assert decode.main([str(z), *TINY, "-o", str(tmp_path / "out.mp4"), "--no-stream"]) == 3
     err = capsys.readouterr().err.rstrip("\n").split("\n")[-1]
     assert err.startswith("error: out of memory decoding latents of shape (1, 4, 1, 8, 12)") and "asked 1.50MiB" in err
+    assert err.count("out of memory") == 1 and err.count("the plan (") == 1  # told once, not wrapped again
     assert "the plan (tiles of" in err  # the retried plan's bytes, then what would come next
     assert "no smaller plan exists" in err or re.search(r"--max-memory \d+MiB would run the tiles of", err)
     assert sorted(tmp_path.rglob("*")) == before
