@@ -38,23 +38,26 @@ def _parser() -> argparse.ArgumentParser:
 def describe(upstream: Any, shape: tuple[int, ...], platform: str, dtype: str) -> dict[str, Any]:
     """The lowered decode's plan, convolutions, FLOPs and bytes (see the module docstring)."""
     vae = ct.wrap(upstream, dtype=dtype, mesh="dp=1,tp=1")
-    convs = hlo.convolutions(vae.lower_decode(shape, platform=platform).as_text())
+    text = vae.lower_decode(shape, platform=platform).as_text()
+    convs = hlo.convolutions(text)
     # The scanned program counts its loop body once; the unrolled one (the family's loop switches off,
     # upstream's loops traced) counts every frame batch.
     options = unrolled_options(vae.options.dtype, family(upstream).name)
     unrolled = ct.wrap(upstream, dtype=dtype, mesh="dp=1,tp=1", options=options)
     cost = unrolled.lower_decode(shape, platform=platform).cost_analysis() or {}
-    largest = max(convs, key=lambda c: c.max_elements)
+    # None where every convolution is a call into the host's torch (LTX's fp32 CPU programs).
+    largest = max(convs, key=lambda c: c.max_elements, default=None)
     return {
         "platform": platform,
         "shape": list(shape),
         "dtype": vae.options.dtype,
         "plan": vae.plan_for(platform).as_dict(),
         "convolutions": len(convs),
+        "host_convolutions": text.count(hlo.HOST_CONV_TARGET),
         "conv_dtypes": dict(collections.Counter(f"{c.input_dtype}->{c.output_dtype}" for c in convs)),
         "conv_layouts": dict(collections.Counter(c.input_layout for c in convs)),
-        "largest_conv_elements": largest.max_elements,
-        "largest_conv_input": list(largest.input_shape),
+        "largest_conv_elements": largest.max_elements if largest else None,
+        "largest_conv_input": list(largest.input_shape) if largest else None,
         "analytic_conv_flops": analytic_conv_flops(upstream, shape),
         "conv_io_bytes": conv_io_elements(upstream, shape) * (2 if vae.options.dtype == "bfloat16" else 4),
         "xla_unoptimised_bytes": cost.get("bytes accessed"),

@@ -29,6 +29,8 @@ from typing import Any
 
 import jax
 
+from cogvideox_torchax.platforms import hlo
+
 # Opcodes that only contain other ops (their events span their children's).
 _CONTAINERS = {"while", "conditional", "call", "async-start", "async-done", "async-update"}
 _MOVEMENT = {"pad", "concatenate", "slice", "dynamic-slice", "dynamic-update-slice", "gather", "scatter", "select"}
@@ -42,9 +44,14 @@ _TARGET_RE = re.compile(r'custom_call_target="([^"]+)"')
 
 
 def _library_call(target: str) -> str:
-    """The category of a custom call by its target: on GPUs, XLA's convolutions and GEMMs are library calls."""
+    """The category of a custom call by its target: on GPUs, XLA's convolutions and GEMMs are library calls.
+
+    On the CPU, `kernels.host_conv` calls the host's torch through a buffer callback.
+    """
     t = target.lower()
     if "conv" in t:  # __cudnn$convForward, __cudnn$convBiasActivationForward, ...
+        return "convolution"
+    if t == hlo.HOST_CONV_TARGET:  # kernels.host_conv's convolution
         return "convolution"
     if "gemm" in t or "matmul" in t or "blas" in t or "fmha" in t:  # __cublas$gemm, __cublas$lt$matmul, cuDNN fMHA
         return "matmul"

@@ -24,7 +24,8 @@ The frame-batch scan is such a loop.
 
 What differs per backend is one `ConvPolicy` (chosen by
 `cogvideox_torchax.platforms.run_plan`): the layout, where a bf16 or fp16 bias is added, and the
-largest operand a convolution may have before it is split.
+largest operand a convolution may have before it is split; a family's CPU patch may send a
+convolution to the host's torch instead (``host``: `kernels.host_conv`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+
+from cogvideox_torchax.kernels.host_conv import host_conv
 
 _SPATIAL = {1: "H", 2: "HW", 3: "DHW"}
 
@@ -58,12 +61,18 @@ class ConvPolicy:
         max_elements: split a convolution whose input or output would hold
             more elements than this into several along the batch or the
             first spatial axis (with its halo); None never splits.
+        host: run it by the host's torch (`kernels.host_conv`: oneDNN on
+            x86) on the program's buffers, channels-first as upstream holds
+            them, for a one-device XLA:CPU program; the layout and bias
+            fields do not apply (oneDNN adds the bias to its fp32
+            accumulator and rounds once).
     """
 
     channels_last: bool = False
     bias_in_fp32: bool = True
     fused_bias: bool = False
     max_elements: int | None = None
+    host: bool = False
 
     def __post_init__(self) -> None:
         if self.max_elements is not None and (not isinstance(self.max_elements, int) or self.max_elements < 1):
@@ -93,7 +102,8 @@ def _check(x: jax.Array, weight: jax.Array, bias: jax.Array | None, groups: int)
 @functools.partial(
     jax.jit,
     static_argnames=(
-        "stride", "padding", "dilation", "groups", "channels_last", "bias_in_fp32", "fused_bias", "max_elements"
+        "stride", "padding", "dilation", "groups", "channels_last", "bias_in_fp32", "fused_bias", "max_elements",
+        "host",
     ),
 )
 def conv(
@@ -109,6 +119,7 @@ def conv(
     bias_in_fp32: bool = True,
     fused_bias: bool = False,
     max_elements: int | None = None,
+    host: bool = False,
 ) -> jax.Array:  # (N, C_out, *spatial_out), x.dtype
     """`torch.nn.functional.conv{1,2,3}d` with zero padding, rounding once.
 
@@ -124,6 +135,7 @@ def conv(
         bias_in_fp32: see `ConvPolicy`.
         fused_bias: see `ConvPolicy`.
         max_elements: see `ConvPolicy`.
+        host: see `ConvPolicy`.
 
     Returns:
         The convolution in ``x.dtype``, accumulated in fp32 (biased there
@@ -141,6 +153,7 @@ def conv(
         channels_last=channels_last,
         bias_in_fp32=bias_in_fp32,
         fused_bias=fused_bias,
+        host=host,
     )
     out_shape = _out_shape(x.shape, weight.shape, stride, padding, dilation)
     if max_elements is None or max(math.prod(x.shape), math.prod(out_shape)) <= max_elements:
@@ -233,7 +246,10 @@ def _conv_one(
     channels_last: bool,
     bias_in_fp32: bool,
     fused_bias: bool = False,
+    host: bool = False,
 ) -> jax.Array:
+    if host:
+        return host_conv(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
     if fused_bias and bias_in_fp32 and bias is not None and x.dtype != jnp.float32:
         # The compiler's fusion does on CUDA what the explicit form does elsewhere.
         kwargs = dict(weight=weight, stride=stride, padding=padding, dilation=dilation, groups=groups,

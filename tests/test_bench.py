@@ -146,12 +146,15 @@ def test_gpu_library_calls_are_classed_by_their_target():
         '  %custom-call.7 = (bf16[64,64]{1,0}, s8[4194304]{0}) custom-call(%a, %c), '
         'custom_call_target="__cublas$lt$matmul"',
         '  %custom-call.9 = u8[4]{0} custom-call(), custom_call_target="SomethingElse"',
+        '  %buffer_callback.4 = f32[1,8,4,4,4]{4,3,2,1,0} custom-call(%p, %w), '
+        'custom_call_target="xla_buffer_python_cpu_callback"',
         "  ROOT %add.2 = bf16[1,8,4,4,4]{4,3,2,1,0} add(%p, %p)",
         "}",
     ])  # fmt: skip
     kinds = categorize(hlo)
     assert kinds["cudnn-conv-bias-activation.3"] == "convolution" and kinds["custom-call.7"] == "matmul"
     assert kinds["custom-call.9"] == "other" and kinds["add.2"] == "elementwise"
+    assert kinds["buffer_callback.4"] == "convolution"  # kernels.host_conv, on the CPU
     # Eager torch's rows: aten ops by name; a runtime row is no matmul for the "mm" in "Command".
     assert _torch_kind("aten::cudnn_convolution") == "convolution" and _torch_kind("aten::addmm") == "matmul"
     assert _torch_kind("Command Buffer Full") == "other" and _torch_kind("aten::native_group_norm") == "reduction"

@@ -70,6 +70,12 @@ _OPERAND = re.compile(r"^%([\w.\-]+)")
 _CALLS = re.compile(r"calls=%([\w.\-]+)")
 _DIM_LABELS = re.compile(r"dim_labels=([\w>\-]+)")
 _CUDNN = re.compile(r'custom_call_target="__cudnn\$conv\w*"')
+# The target JAX gives every CPU buffer callback; `kernels.host_conv`'s call into the host's torch is the
+# only one our programs hold.
+HOST_CONV_TARGET = "xla_buffer_python_cpu_callback"
+_HOST_CONV = re.compile(f'custom_call_target="{HOST_CONV_TARGET}"')
+# What runs a convolution: XLA's own, a cuDNN call, the host's torch.
+CONVOLUTION_OPS = ("convolution", "cudnn-conv", "host-conv")
 # Cross-device communication (tp > 1); "-start" halves of async pairs count once.
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -83,7 +89,7 @@ class CompiledOp:
     operand where the operand is known (copies).
     """
 
-    op: str  # "convolution", "cudnn-conv", "transpose", "copy", ...
+    op: str  # "convolution", "cudnn-conv", "host-conv", "transpose", "copy", ...
     dtype: str
     shape: tuple[int, ...]
     dim_labels: str = ""  # convolutions: e.g. "bf012_oi012->bf012" (channels second), "b012f_..." (last)
@@ -93,6 +99,11 @@ class CompiledOp:
     @property
     def elements(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def bytes(self) -> int:
+        """The result's bytes (0 for a dtype this module does not size)."""
+        return _bytes(self.dtype, self.shape)
 
     @property
     def moves_data_to_another_layout(self) -> bool:
@@ -125,6 +136,8 @@ def _op(line: str, layouts: dict[str, str] | None = None) -> CompiledOp | None:
     labels = _DIM_LABELS.search(line)
     if op == "custom-call" and _CUDNN.search(line):
         op = "cudnn-conv"
+    elif op == "custom-call" and _HOST_CONV.search(line):
+        op = "host-conv"
     operand = _OPERAND.match(m.group(5))
     operand_layout = (layouts or {}).get(operand.group(1), "") if operand else ""
     return CompiledOp(op, first.group(1), shape, labels.group(1) if labels else "", first.group(3) or "",
@@ -152,8 +165,8 @@ def compiled_ops(text: str) -> tuple[list[CompiledOp], list[CompiledOp]]:
     """The convolutions and the data movements a compiled program runs.
 
     Returns:
-        ``(convolutions, moves)``: every convolution (XLA's own, or a cuDNN
-        call on GPUs) wherever it sits; and every transpose or copy that is
+        ``(convolutions, moves)``: every convolution (XLA's own, a cuDNN
+        call on GPUs, a call into the host's torch) wherever it sits; and every transpose or copy that is
         a step of its own: outside fusions, or a fusion whose result is a
         transpose or copy (reported as its root, with the fusion's shape).
         `CompiledOp.moves_data_to_another_layout` tells layout changes from
@@ -168,7 +181,7 @@ def compiled_ops(text: str) -> tuple[list[CompiledOp], list[CompiledOp]]:
             op = _op(line, layouts[name])
             if op is None:
                 continue
-            if op.op in ("convolution", "cudnn-conv"):
+            if op.op in CONVOLUTION_OPS:
                 convs.append(op)
             elif name not in fused and op.op in ("transpose", "copy"):
                 moves.append(op)
@@ -266,7 +279,7 @@ def _bytes(dtype: str, shape: tuple[int, ...]) -> int:
 def executed_summary(text: str) -> dict[str, object]:
     """What a compiled program does per call, its loops unrolled: convolution calls, and data movement's bytes.
 
-    ``convolution_calls``: every convolution (a cuDNN call on GPUs) times
+    ``convolution_calls``: every convolution (a cuDNN call on GPUs, the host's torch on the CPU) times
     the runs of the computation holding it (None where a loop's count is
     unknown). ``movement_bytes``: the bytes written by `MOVEMENT`
     instructions outside fusions, and by fusions that hold nothing else
@@ -305,7 +318,7 @@ def executed_summary(text: str) -> dict[str, object]:
             op = _op(line)
             if op is None:
                 continue
-            if op.op in ("convolution", "cudnn-conv"):
+            if op.op in CONVOLUTION_OPS:
                 conv_calls = None if conv_calls is None or n is None else conv_calls + n
                 continue
             if name in fused:

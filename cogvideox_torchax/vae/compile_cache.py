@@ -4,7 +4,9 @@ With the cache on, a second process decoding the same shapes loads the
 compiled program from disk instead of compiling it. JAX keys each entry by
 the lowered program, the compile options, the devices and the jax/XLA
 versions, so a different dtype, mesh or latent shape (all of which change the
-program) never reuses a wrong executable.
+program) never reuses a wrong executable. JAX keeps no program holding a
+host callback (LTX's CPU programs with `host_conv`): those compile in each
+process.
 """
 
 from __future__ import annotations

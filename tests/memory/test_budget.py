@@ -116,3 +116,22 @@ def test_programs_for_an_attached_tpu_are_told_its_usable_hbm(tiny_vae, monkeypa
     monkeypatch.setattr(budget, "attached_compiler_options", lambda mesh: seen.append(mesh) or {"x": "1"})
     assert tiny_vae.programs.compiler_options(ProgramKey())["x"] == "1" and seen == [tiny_vae.mesh]
     assert tiny_vae.compiler_options["x"] == "1"
+
+
+def test_compiled_bytes_allow_for_what_the_host_convolutions_take():
+    import jax
+    import jax.numpy as jnp
+
+    from cogvideox_torchax.kernels.host_conv import host_conv
+
+    def own(compiled) -> int:
+        m = compiled.memory_analysis()
+        return m.temp_size_in_bytes + m.argument_size_in_bytes + m.output_size_in_bytes
+
+    kw = dict(stride=(1, 1), padding=(1, 1), dilation=(1, 1))
+    x, w4, w8 = jnp.zeros((1, 4, 16, 16)), jnp.zeros((8, 4, 3, 3)), jnp.zeros((2, 8, 3, 3))
+    compiled = jax.jit(lambda x: host_conv(host_conv(x, w4, None, **kw), w8, None, **kw)).lower(x).compile()
+    # torch's tensor of the largest host result and oneDNN's copies, outside XLA's count: twice 8x16x16 fp32.
+    assert budget.compiled_bytes(compiled) == own(compiled) + 2 * 8 * 16 * 16 * 4
+    plain = jax.jit(lambda x: x * 2).lower(x).compile()
+    assert budget.compiled_bytes(plain) == own(plain)
