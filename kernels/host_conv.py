@@ -46,14 +46,6 @@ def _run(ctx, out, x, weight, *bias, stride, padding, dilation, groups) -> None:
         _tensor(out).copy_(y)
 
 
-def _out_shape(x_shape, w_shape, stride, padding, dilation) -> tuple[int, ...]:
-    spatial = tuple(
-        (n + 2 * p - d * (k - 1) - 1) // s + 1
-        for n, k, s, p, d in zip(x_shape[2:], w_shape[2:], stride, padding, dilation, strict=True)
-    )
-    return (x_shape[0], w_shape[0], *spatial)
-
-
 def host_conv(
     x: jax.Array,  # (N, C_in, *spatial)
     weight: jax.Array,  # (C_out, C_in // groups, *kernel)
@@ -80,8 +72,14 @@ def host_conv(
     if bias is not None and bias.shape != weight.shape[:1]:
         raise ValueError(f"bias must have shape ({weight.shape[0]},): {bias.shape=}")
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
-    out = jax.ShapeDtypeStruct(_out_shape(x.shape, weight.shape, stride, padding, dilation), x.dtype)
+    weight = weight.astype(x.dtype)
+    # The result's shape as XLA's own convolution of the same arguments would have it.
+    out = jax.eval_shape(
+        functools.partial(jax.lax.conv_general_dilated, window_strides=stride, padding=[(p, p) for p in padding],
+                          rhs_dilation=dilation, feature_group_count=groups),
+        x, weight,
+    )
     run = functools.partial(_run, stride=stride, padding=padding, dilation=dilation, groups=groups)
     # "sequential": under vmap, one call per element (torch's convolution takes one batch axis).
     call = buffer_callback(run, out, vmap_method="sequential")
-    return call(x, weight.astype(x.dtype)) if bias is None else call(x, weight.astype(x.dtype), bias.astype(x.dtype))
+    return call(x, weight) if bias is None else call(x, weight, bias.astype(x.dtype))
