@@ -80,6 +80,8 @@ class RunPlan:
             return "channels-first"
         if self.applies("time_tap_conv"):
             return "channels-last, time taps"
+        if self.applies("host_conv"):
+            return f"{self.placement.profile.conv_layout}, the host's torch where oneDNN is the faster"
         return self.placement.profile.conv_layout
 
     def _bias_words(self) -> str:

@@ -22,7 +22,8 @@ from tests.support.reference import seeded_latents, upstream_decode
 @pytest.mark.parametrize("family", ["ltx2", "ltx-video"])
 def test_only_one_device_fp32_cpu_programs_of_the_ltx_families_take_it(family):
     fp32 = ct.RuntimeOptions(dtype="float32")
-    assert "host_conv" in build_plan(fp32, Placement("cpu", "float32"), family).steps
+    plan = build_plan(fp32, Placement("cpu", "float32"), family)
+    assert "host_conv" in plan.steps and "host's torch" in plan.as_dict()["conv"]["layout"] and "host's" in str(plan)
     skipped = dict(build_plan(fp32, Placement("cpu", "float32", dp=2, tp=1), family).skipped)
     assert skipped["host_conv"].startswith("one device only")
     skipped = dict(build_plan(ct.RuntimeOptions(dtype="bf16"), Placement("cpu", "bfloat16"), family).skipped)
